@@ -1,0 +1,106 @@
+"""convsel's algorithm ids and the hard constraints of each, independent of the backend.
+
+ACL's methods (GEMM, WINOGRAD, ...) say what ACL would run; these algorithms are what convsel
+runs. ``supports()`` is pure: a backend may add constraints of its own (dtype, device limits).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .acl.verdict import Verdict, failed, passed
+from .problem import ConvProblem
+from .rules import Rules
+
+ALGORITHMS: tuple[str, ...] = (
+    "direct", "im2col_gemm", "gemm_1x1", "winograd", "indirect_gemm", "fft")
+
+METHOD_ALGORITHMS: dict[str, str] = {
+    "GEMM": "im2col_gemm", "GEMM_CONV2D": "indirect_gemm", "INDIRECT": "indirect_gemm",
+    "DIRECT": "direct", "WINOGRAD": "winograd", "FFT": "fft"}
+
+FALLBACK_ALGORITHM = "im2col_gemm"   # supports every valid problem
+
+
+def is_plain_1x1(p: ConvProblem) -> bool:
+    """1×1, unit stride, no padding, no groups: the convolution is one GEMM over channels."""
+    return ((p.kh, p.kw) == (1, 1) and p.stride == (1, 1) and p.pad == (0, 0, 0, 0)
+            and p.groups == 1)
+
+
+def algorithm_for(method: str, p: ConvProblem) -> str:
+    """The implementation that runs an ACL method on this problem."""
+    if method == "GEMM" and is_plain_1x1(p):
+        return "gemm_1x1"
+    return METHOD_ALGORITHMS[method]
+
+
+def winograd_tiles(p: ConvProblem, rules: Rules) -> list[tuple[int, int]]:
+    """Every output tile (rows, cols) that some backend's table pairs with this kernel;
+    the CPU table's choices first, in its order of preference."""
+    kernel = (p.kh, p.kw)
+    tiles = [e.tile for rows in rules.cpu.winograd.values() for e in rows if e.kernel == kernel]
+    tiles += [e.tile for rows in rules.gpu.winograd.pairs.values() for e in rows
+              if e.kernel == kernel]
+    return list(dict.fromkeys(tiles))
+
+
+def _direct(p: ConvProblem, rules: Rules, params: dict[str, Any]) -> Verdict:
+    return passed("direct runs every problem, grouped and dilated included")
+
+
+def _im2col(p: ConvProblem, rules: Rules, params: dict[str, Any]) -> Verdict:
+    return passed("im2col + GEMM runs every problem, grouped and dilated included")
+
+
+def _gemm_1x1(p: ConvProblem, rules: Rules, params: dict[str, Any]) -> Verdict:
+    if (p.kh, p.kw) != (1, 1):
+        return failed(f"gemm_1x1 needs a 1x1 kernel, got {p.kh}x{p.kw}")
+    if p.pad != (0, 0, 0, 0):
+        return failed(f"gemm_1x1 needs zero padding, got {p.pad}")
+    if p.groups != 1:
+        return failed(f"gemm_1x1 does not run grouped convolution (groups={p.groups})")
+    return passed("1x1 kernel: one GEMM over channels (strided by subsampling)")
+
+
+def _winograd(p: ConvProblem, rules: Rules, params: dict[str, Any]) -> Verdict:
+    if p.groups != 1:
+        return failed(f"winograd does not run grouped convolution (groups={p.groups})")
+    if p.stride != (1, 1):
+        return failed(f"winograd needs stride 1x1, got {p.stride[0]}x{p.stride[1]}")
+    if p.dilation != (1, 1):
+        return failed(f"winograd needs dilation 1x1, got {p.dilation[0]}x{p.dilation[1]}")
+    tiles = winograd_tiles(p, rules)
+    if not tiles:
+        return failed(f"no Winograd transform for a {p.kh}x{p.kw} kernel")
+    tile = tuple(params.get("tile") or tiles[0])
+    if tile not in tiles:
+        return failed(f"tile {tile} is not paired with a {p.kh}x{p.kw} kernel; "
+                      f"choose from {tiles}")
+    return passed(f"F({tile[0]}x{tile[1]}, {p.kh}x{p.kw})", tile=tile)
+
+
+def _indirect(p: ConvProblem, rules: Rules, params: dict[str, Any]) -> Verdict:
+    if p.groups != 1:
+        return failed(f"indirect_gemm does not run grouped convolution (groups={p.groups})")
+    return passed("indirection buffer + GEMM")
+
+
+def _fft(p: ConvProblem, rules: Rules, params: dict[str, Any]) -> Verdict:
+    if p.groups != 1:
+        return failed(f"fft does not run grouped convolution (groups={p.groups})")
+    return passed("FFT of input and filter; strides by subsampling")
+
+
+SUPPORTS: dict[str, Callable[[ConvProblem, Rules, dict[str, Any]], Verdict]] = {
+    "direct": _direct, "im2col_gemm": _im2col, "gemm_1x1": _gemm_1x1,
+    "winograd": _winograd, "indirect_gemm": _indirect, "fft": _fft}
+
+
+def supports(algorithm: str, p: ConvProblem, rules: Rules,
+             params: dict[str, Any] | None = None) -> Verdict:
+    """Whether convsel's ``algorithm`` can compute ``p`` (any backend), with the reason."""
+    check = SUPPORTS.get(algorithm)
+    if check is None:
+        return failed(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+    return check(p, rules, params or {})
