@@ -69,3 +69,7 @@ class KernelBuildError(ConvselError):
 
 class TuningDatabaseError(ConvselError):
     """The tuning database cannot be used: corrupt, foreign, or on a path we cannot write."""
+
+
+class FallbackWarning(UserWarning):
+    """convsel ran something other than what was asked (another backend), and says why."""

@@ -1,0 +1,72 @@
+"""Backends and the one registry table of (algorithm, backend) implementations.
+
+Each implementation module exposes:
+
+    supports(problem, runtime) -> Verdict
+        constraints of this backend beyond convsel.algorithms.supports (dtype, device limits)
+    prepare(problem, weights_ohwi, bias, params, runtime) -> kernel
+        binds the weights once (transforms them); ``kernel.run(x_nhwc) -> y_nhwc`` with bias
+        and activation applied, and ``kernel.workspace_bytes`` the memory beyond x, w and y.
+
+Each backend package exposes ``available() -> Verdict``, ``get_runtime(device=None)`` and
+``device_identity(runtime) -> dict`` (vendor, name, driver). Modules are imported lazily, so
+``import convsel`` works without pyopencl.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..acl.verdict import Verdict, failed
+
+BACKENDS: dict[str, str] = {
+    "numpy": "convsel.backends.numpy",
+    "opencl": "convsel.backends.opencl",
+}
+
+IMPLEMENTATIONS: dict[tuple[str, str], str] = {
+    ("direct", "numpy"): "convsel.backends.numpy.direct",
+    ("im2col_gemm", "numpy"): "convsel.backends.numpy.im2col_gemm",
+    ("gemm_1x1", "numpy"): "convsel.backends.numpy.gemm_1x1",
+    ("winograd", "numpy"): "convsel.backends.numpy.winograd",
+    ("indirect_gemm", "numpy"): "convsel.backends.numpy.indirect_gemm",
+    ("fft", "numpy"): "convsel.backends.numpy.fft",
+    ("direct", "opencl"): "convsel.backends.opencl.direct",
+    ("im2col_gemm", "opencl"): "convsel.backends.opencl.im2col_gemm",
+    ("gemm_1x1", "opencl"): "convsel.backends.opencl.gemm_1x1",
+    ("winograd", "opencl"): "convsel.backends.opencl.winograd",
+    ("indirect_gemm", "opencl"): "convsel.backends.opencl.indirect_gemm",
+}
+
+
+def backend_module(backend: str) -> ModuleType:
+    return importlib.import_module(BACKENDS[backend])
+
+
+def implementation(algorithm: str, backend: str) -> ModuleType | None:
+    """The module implementing ``algorithm`` on ``backend``, or None if there is none."""
+    path = IMPLEMENTATIONS.get((algorithm, backend))
+    return importlib.import_module(path) if path else None
+
+
+def implemented(algorithm: str, backend: str) -> Verdict:
+    if (algorithm, backend) in IMPLEMENTATIONS:
+        return Verdict(True, f"{backend} implements {algorithm}")
+    return failed(f"the {backend} backend has no {algorithm} implementation")
+
+
+def backends_for(algorithm: str) -> list[str]:
+    return [b for (a, b) in IMPLEMENTATIONS if a == algorithm]
+
+
+def available(backend: str) -> Verdict:
+    """Whether ``backend`` can run here; never raises for a missing optional package."""
+    if backend not in BACKENDS:
+        return failed(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    try:
+        module = backend_module(backend)
+    except ImportError as exc:
+        return failed(f"{backend} backend cannot be imported: {exc}")
+    result: Verdict = module.available()
+    return result

@@ -1,0 +1,238 @@
+"""conv2d() and prepare(): run a convolution with the selected (or a named) algorithm.
+
+In ACL's configure/prepare/run spirit, :func:`prepare` binds a problem and its weights once
+(transforming the weights for the algorithm), and :meth:`PreparedConv.run` is then called many
+times. :func:`conv2d` is prepare + run.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import algorithms, backends
+from .errors import (
+    ConvselError,
+    FallbackWarning,
+    InvalidProblemError,
+    UnsupportedError,
+)
+from .layouts import WEIGHTS_LAYOUTS, nchw_to_nhwc, nhwc_to_nchw, ohwi_shape, weights_to_ohwi
+from .problem import ConvProblem
+from .rules import Rules
+from .selection import Selection, _rules, select
+from .targets import resolve_target
+
+_NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16}
+_NAMED_METHOD = {"direct": "DIRECT", "im2col_gemm": "GEMM", "gemm_1x1": "GEMM",
+                 "winograd": "WINOGRAD", "fft": "FFT"}
+
+
+@dataclass
+class PreparedConv:
+    """A problem bound to its weights on one backend; call :meth:`run` many times.
+
+    ``method`` is ACL's name for what runs, ``algorithm`` convsel's implementation,
+    ``backend`` where it runs, ``fallback`` why that differs from what was asked (or None),
+    ``workspace_bytes`` the memory the algorithm needs beyond input, weights and output.
+    """
+
+    problem: ConvProblem
+    method: str
+    algorithm: str
+    backend: str
+    params: dict[str, Any]
+    selection: Selection | None
+    fallback: str | None
+    kernel: Any
+
+    @property
+    def workspace_bytes(self) -> int:
+        return int(self.kernel.workspace_bytes)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """Convolve ``x`` (in the problem's layout and dtype); returns the same layout."""
+        p = self.problem
+        x = _check_input(p, x)
+        if p.layout == "NCHW":
+            return nhwc_to_nchw(self.kernel.run(nchw_to_nhwc(x)))
+        return self.kernel.run(np.ascontiguousarray(x))
+
+
+def _check_input(p: ConvProblem, x: Any) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise InvalidProblemError("x", type(x).__name__, "expected a numpy array")
+    if x.shape != p.input_shape:
+        raise InvalidProblemError("x", x.shape, f"expected shape {p.input_shape} "
+                                  f"({p.layout}) for this problem")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise InvalidProblemError("x", str(x.dtype), "must be a floating-point array")
+    return x.astype(_NUMPY_DTYPES[p.dtype], copy=False)
+
+
+def _check_weights(p: ConvProblem, w: Any, layout: str, bias: Any) -> tuple[np.ndarray,
+                                                                           np.ndarray | None]:
+    if layout not in WEIGHTS_LAYOUTS:
+        raise InvalidProblemError("weights_layout", layout,
+                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
+    if not isinstance(w, np.ndarray) or w.ndim != 4:
+        raise InvalidProblemError("w", getattr(w, "shape", type(w).__name__),
+                                  "expected a 4-D numpy array")
+    if not np.issubdtype(w.dtype, np.floating):
+        raise InvalidProblemError("w", str(w.dtype), "must be a floating-point array")
+    if ohwi_shape(w.shape, layout) != p.weights_shape:
+        raise InvalidProblemError("w", w.shape, f"{layout} weights for this problem must hold "
+                                  f"K={p.k}, KH={p.kh}, KW={p.kw}, C/groups={p.c // p.groups}")
+    dtype = _NUMPY_DTYPES[p.dtype]
+    w_ohwi = weights_to_ohwi(w, layout).astype(dtype, copy=False)
+    if bias is None:
+        return w_ohwi, None
+    if not isinstance(bias, np.ndarray) or bias.shape != (p.k,):
+        raise InvalidProblemError("bias", getattr(bias, "shape", type(bias).__name__),
+                                  f"expected a 1-D array of K={p.k} values")
+    if not np.issubdtype(bias.dtype, np.floating):
+        raise InvalidProblemError("bias", str(bias.dtype), "must be a floating-point array")
+    return w_ohwi, np.ascontiguousarray(bias, dtype=dtype)
+
+
+def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None, *,
+            weights_layout: str = "OHWI", algorithm: str = "auto", backend: str = "numpy",
+            target: str = "cpu", device: Any = None, policy: str = "acl",
+            rules: Rules | str | None = None, tile: tuple[int, int] | None = None,
+            ) -> PreparedConv:
+    """Bind ``problem`` and its weights to an algorithm on a backend.
+
+    ``algorithm="auto"`` runs what :func:`convsel.select` chooses for ``target``; a named
+    algorithm runs that one or raises :class:`UnsupportedError` with the reason. On the
+    OpenCL backend, a missing driver, a failed build or an unsupported method falls back to
+    numpy with a :class:`FallbackWarning`; ``fallback`` on the result says why.
+    """
+    if not isinstance(problem, ConvProblem):
+        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
+    if problem.dtype not in _NUMPY_DTYPES:
+        raise UnsupportedError(f"dtype {problem.dtype} is selection-only: convsel runs F32 and "
+                               "F16 convolutions")
+    if backend not in backends.BACKENDS:
+        raise InvalidProblemError("backend", backend,
+                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    w_ohwi, b = _check_weights(problem, w, weights_layout, bias)
+    loaded = _rules(rules)
+    selection, name, params = _choose(problem, algorithm, target, policy, loaded, backend,
+                                      device, tile)
+    method = selection.method if selection else _method_of(name, target, loaded)
+    kernel, used, why = _build(problem, name, backend, w_ohwi, b, params, device)
+    return PreparedConv(problem, method, name, used, params, selection, why, kernel)
+
+
+def _choose(p: ConvProblem, algorithm: str, target: str, policy: str, rules: Rules,
+            backend: str, device: Any, tile: tuple[int, int] | None,
+            ) -> tuple[Selection | None, str, dict[str, Any]]:
+    if algorithm == "auto":
+        options = {"backend": backend, "device": device} if policy == "measured" else {}
+        sel = select(p, target, rules=rules, policy=policy, **options)
+        params = dict(sel.params)
+        if tile is not None:
+            params["tile"] = tuple(tile)
+        return sel, sel.algorithm, params
+    if algorithm not in algorithms.ALGORITHMS:
+        raise InvalidProblemError("algorithm", algorithm, "unknown algorithm; known: auto, "
+                                  + ", ".join(algorithms.ALGORITHMS))
+    verdict = algorithms.supports(algorithm, p, rules, {"tile": tile} if tile else {})
+    if not verdict.ok:
+        raise UnsupportedError(f"{algorithm} cannot run {p}: {verdict.reason}",
+                               algorithm=algorithm)
+    return None, algorithm, dict(verdict.params)
+
+
+def _method_of(algorithm: str, target: str, rules: Rules) -> str:
+    if algorithm == "indirect_gemm":
+        return "INDIRECT" if resolve_target(target, rules).is_gpu else "GEMM_CONV2D"
+    return _NAMED_METHOD[algorithm]
+
+
+def _build(p: ConvProblem, algorithm: str, backend: str, w: np.ndarray, b: np.ndarray | None,
+           params: dict[str, Any], device: Any) -> tuple[Any, str, str | None]:
+    """Prepare on ``backend``; on OpenCL, any capability gap falls back to numpy."""
+    try:
+        return _build_on(p, algorithm, backend, w, b, params, device), backend, None
+    except UnsupportedError as exc:
+        if backend == "numpy":
+            raise
+        why = f"{backend} cannot run {algorithm}: {exc}; ran numpy instead"
+    except ConvselError as exc:   # KernelBuildError and the like: the device failed us
+        if backend == "numpy":
+            raise
+        why = f"{backend} failed to prepare {algorithm}: {exc}; ran numpy instead"
+    warnings.warn(why, FallbackWarning, stacklevel=3)
+    return _build_on(p, algorithm, "numpy", w, b, params, None), "numpy", why
+
+
+def _build_on(p: ConvProblem, algorithm: str, backend: str, w: np.ndarray,
+              b: np.ndarray | None, params: dict[str, Any], device: Any) -> Any:
+    ready = backends.available(backend)
+    if not ready.ok:
+        raise UnsupportedError(ready.reason, backend=backend)
+    module = backends.implementation(algorithm, backend)
+    if module is None:
+        raise UnsupportedError(backends.implemented(algorithm, backend).reason,
+                               algorithm=algorithm, backend=backend)
+    runtime = backends.backend_module(backend).get_runtime(device)
+    verdict = module.supports(p, runtime)
+    if not verdict.ok:
+        raise UnsupportedError(f"{backend} {algorithm}: {verdict.reason}",
+                               algorithm=algorithm, backend=backend)
+    return module.prepare(p, w, b, params, runtime)
+
+
+def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: Any = 0,
+                        dilation: Any = 1, groups: int | None = None, activation: Any = None,
+                        fast_math: bool = False, weights_layout: str = "OHWI",
+                        layout: str = "NHWC") -> ConvProblem:
+    """The ConvProblem that ``x`` and ``w`` describe (groups inferred from w's channels)."""
+    for name, arr in (("x", x), ("w", w)):
+        if not isinstance(arr, np.ndarray) or arr.ndim != 4:
+            raise InvalidProblemError(name, getattr(arr, "shape", type(arr).__name__),
+                                      "expected a 4-D numpy array")
+    if weights_layout not in WEIGHTS_LAYOUTS:
+        raise InvalidProblemError("weights_layout", weights_layout,
+                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise InvalidProblemError("x", str(x.dtype), "must be a floating-point array")
+    layout = str(layout).upper()
+    n, h, w_, c = x.shape if layout == "NHWC" else (x.shape[0], x.shape[2], x.shape[3],
+                                                   x.shape[1])
+    k, kh, kw, cg = ohwi_shape(w.shape, weights_layout)
+    if groups is None:
+        if cg < 1 or c % cg:
+            raise InvalidProblemError("w", w.shape, f"weights hold {cg} input channels, which "
+                                      f"does not divide the input's C={c}")
+        groups = c // cg
+    elif cg * groups != c:
+        raise InvalidProblemError("w", w.shape, f"with groups={groups} the weights must hold "
+                                  f"C/groups={c // max(groups, 1)} input channels, not {cg}")
+    dtype = "F16" if x.dtype == np.float16 else "F32"
+    return ConvProblem(n, h, w_, c, k, kh, kw, stride=stride, pad=pad, dilation=dilation,
+                       groups=groups, dtype=dtype, layout=layout, fast_math=fast_math,
+                       activation=activation)
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride: Any = (1, 1),
+           pad: Any = 0, dilation: Any = (1, 1), activation: Any = None,
+           fast_math: bool = False, weights_layout: str = "OHWI", algorithm: str = "auto",
+           backend: str = "numpy", target: str = "cpu", *, layout: str = "NHWC",
+           groups: int | None = None, device: Any = None, policy: str = "acl",
+           rules: Rules | str | None = None) -> np.ndarray:
+    """Convolve ``x`` (NHWC, or NCHW with ``layout="NCHW"``) with ``w``; same layout out.
+
+    float16 input runs as F16 (half in and out, float32 accumulation); any other float dtype
+    runs as F32. See :func:`prepare` for ``algorithm``, ``backend`` and fallbacks.
+    """
+    problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
+                                  groups=groups, activation=activation, fast_math=fast_math,
+                                  weights_layout=weights_layout, layout=layout)
+    op = prepare(problem, w, bias, weights_layout=weights_layout, algorithm=algorithm,
+                 backend=backend, target=target, device=device, policy=policy, rules=rules)
+    return op.run(x)
