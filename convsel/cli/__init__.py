@@ -1,0 +1,46 @@
+"""The ``convsel`` command line. Each subcommand lives in its own module, listed in COMMANDS,
+and exposes ``add_arguments(parser)`` and ``run(args) -> int``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..errors import ConvselError
+
+# name -> (module, one-line help). Modules are imported only when their command runs.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "select": ("convsel.cli.select_cmd", "which method ACL would choose, and why"),
+    "targets": ("convsel.cli.targets_cmd", "list the CPU and Mali GPU targets"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .._version import __version__
+
+    parser = argparse.ArgumentParser(prog="convsel", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"convsel {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(importlib.import_module(args._module).run(args))
+    except (ConvselError, ValueError) as exc:
+        print(f"convsel {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"convsel {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
