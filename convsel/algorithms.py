@@ -6,6 +6,7 @@ runs. ``supports()`` is pure: a backend may add constraints of its own (dtype, d
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable
 
 from .acl.verdict import Verdict, failed, passed
@@ -38,11 +39,18 @@ def algorithm_for(method: str, p: ConvProblem) -> str:
 def winograd_tiles(p: ConvProblem, rules: Rules) -> list[tuple[int, int]]:
     """Every output tile (rows, cols) that some backend's table pairs with this kernel;
     the CPU table's choices first, in its order of preference."""
-    kernel = (p.kh, p.kw)
-    tiles = [e.tile for rows in rules.cpu.winograd.values() for e in rows if e.kernel == kernel]
-    tiles += [e.tile for rows in rules.gpu.winograd.pairs.values() for e in rows
-              if e.kernel == kernel]
-    return list(dict.fromkeys(tiles))
+    return list(_tiles_by_kernel(rules).get((p.kh, p.kw), ()))
+
+
+@lru_cache(maxsize=8)
+def _tiles_by_kernel(rules: Rules) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
+    pairs = [(e.kernel, e.tile) for rows in rules.cpu.winograd.values() for e in rows]
+    pairs += [(e.kernel, e.tile) for rows in rules.gpu.winograd.pairs.values() for e in rows]
+    table: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for kernel, tile in pairs:
+        if tile not in table.setdefault(kernel, []):
+            table[kernel].append(tile)
+    return {kernel: tuple(tiles) for kernel, tiles in table.items()}
 
 
 def _direct(p: ConvProblem, rules: Rules, params: dict[str, Any]) -> Verdict:

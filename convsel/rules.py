@@ -134,7 +134,7 @@ class Grouped(_Model):
 
 
 class NearMiss(_Model):
-    max_fields: int
+    enabled: bool
     max_relative_difference: float
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from . import algorithms
 from .acl import cpu as acl_cpu
@@ -18,8 +18,7 @@ from .targets import Target, resolve_target
 POLICIES = ("acl", "measured")
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """One ACL method with its validate() verdict on the target, and the convsel algorithm
     that would run it."""
 
@@ -143,9 +142,9 @@ def _rules(rules: Rules | str | None) -> Rules:
 def _select_acl(p: ConvProblem, target: Target, rules: Rules) -> Selection:
     trace = Trace()
     heuristic = acl_gpu if target.is_gpu else acl_cpu
-    decision = _grouped(p, rules, trace) or heuristic.get_convolution_method(p, target, rules,
-                                                                             trace)
     verdicts = heuristic.candidates(p, target, rules)
+    decision = _grouped(p, rules, trace) or heuristic.get_convolution_method(
+        p, target, rules, verdicts, trace)
     candidates = tuple(Candidate(m, algorithms.algorithm_for(m, p), verdicts[m].ok,
                                  verdicts[m].reason) for m in METHODS)
     algorithm, params, fallback = _runnable(decision, p, rules)

@@ -11,7 +11,8 @@ from .verdict import Decision, Trace, Verdict, failed
 
 
 def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
-                           trace: Trace) -> Decision:
+                           verdicts: dict[str, Verdict], trace: Trace) -> Decision:
+    """Apply the rules in ACL's order; ``verdicts`` are :func:`candidates`' answers."""
     cfg = rules.cpu
     row = tables.find(p, cfg.known_networks)
     if trace.rule("cpu.known_network", row is not None, _table_reason(p, row, cfg.known_networks,
@@ -22,8 +23,8 @@ def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
                   f"dilation {p.dilation[0]}x{p.dilation[1]}"
                   + (" != 1x1 -> GEMM" if p.dilation != (1, 1) else " is 1x1")):
         return Decision("GEMM", "cpu.dilation")
-    gd = v.gemm_direct(p, target)
-    decision = _large_input_rule(p, target, rules, gd, trace)
+    gd = verdicts["GEMM_CONV2D"]
+    decision = _large_input_rule(p, verdicts, rules, trace)
     if decision:
         return decision
     if trace.rule("cpu.small_ifm", p.c < cfg.small_ifm_below,
@@ -36,7 +37,7 @@ def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
     if trace.rule("cpu.kernel_1x1", one, f"kernel {p.kh}x{p.kw}" + (" is 1x1 -> GEMM" if one
                                                                     else " is not 1x1")):
         return Decision("GEMM", "cpu.kernel_1x1")
-    wino = v.winograd(p, target, rules)
+    wino = verdicts["WINOGRAD"]
     if trace.rule("cpu.winograd", wino.ok, "CpuWinogradConv2d::validate: " + wino.reason):
         return Decision("WINOGRAD", "cpu.winograd", wino.params)
     if trace.rule("cpu.gemm_conv2d", gd.ok, "CpuGemmDirectConv2d::validate: " + gd.reason):
@@ -52,9 +53,9 @@ def _table_reason(p: ConvProblem, row: object, rows: tuple, rules: Rules) -> str
     return "no known-network row matches" + ("; " + "; ".join(notes) if notes else "")
 
 
-def _large_input_rule(p: ConvProblem, target: Target, rules: Rules, gd: Verdict,
+def _large_input_rule(p: ConvProblem, verdicts: dict[str, Verdict], rules: Rules,
                       trace: Trace) -> Decision | None:
-    cfg = rules.cpu
+    cfg, gd = rules.cpu, verdicts["GEMM_CONV2D"]
     big = p.input_bytes > cfg.large_input_bytes_above
     tall = p.kh > cfg.kernel_height_above
     facts = (f"src {p.input_bytes} bytes {'>' if big else '<='} {cfg.large_input_bytes_above}, "
@@ -65,7 +66,7 @@ def _large_input_rule(p: ConvProblem, target: Target, rules: Rules, gd: Verdict,
     if trace.rule("cpu.large_input", gd.ok, f"{facts}; CpuGemmDirectConv2d::validate: "
                   f"{gd.reason}" + (" -> GEMM_CONV2D" if gd.ok else "")):
         return Decision("GEMM_CONV2D", "cpu.large_input")
-    direct = v.direct(p, target)
+    direct = verdicts["DIRECT"]
     if trace.rule("cpu.large_input.direct", direct.ok,
                   f"CpuDirectConv2d::validate: {direct.reason}" + (" -> DIRECT" if direct.ok
                                                                   else "; falls through")):

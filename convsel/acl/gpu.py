@@ -11,7 +11,8 @@ from .verdict import Decision, Trace, Verdict, failed
 
 
 def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
-                           trace: Trace) -> Decision:
+                           verdicts: dict[str, Verdict], trace: Trace) -> Decision:
+    """Apply the rules in ACL's order; ``verdicts`` are :func:`candidates`' answers."""
     cfg = rules.gpu
     row = tables.find(p, cfg.known_networks)
     reason = (f"matches known-network {tables.describe(row)}" if row else
@@ -26,8 +27,8 @@ def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
                   + (" != 1x1 -> GEMM" if dilated else " is 1x1")):
         return Decision("GEMM", "gpu.dilation")
     if p.layout == "NCHW":
-        return _nchw(p, target, rules, trace)
-    return _nhwc(p, target, rules, trace)
+        return _nchw(p, rules, verdicts, trace)
+    return _nhwc(p, target, rules, verdicts, trace)
 
 
 def _srgan(p: ConvProblem, rules: Rules, direct: Verdict, trace: Trace, rule_id: str) -> bool:
@@ -42,14 +43,14 @@ def _srgan(p: ConvProblem, rules: Rules, direct: Verdict, trace: Trace, rule_id:
                                                            else ""))
 
 
-def _nchw(p: ConvProblem, target: Target, rules: Rules, trace: Trace) -> Decision:
+def _nchw(p: ConvProblem, rules: Rules, verdicts: dict[str, Verdict], trace: Trace) -> Decision:
     cfg = rules.gpu
-    if _srgan(p, rules, v.direct(p, target, rules), trace, "gpu.nchw.srgan"):
+    if _srgan(p, rules, verdicts["DIRECT"], trace, "gpu.nchw.srgan"):
         return Decision("DIRECT", "gpu.nchw.srgan")
     shape = p.kh > cfg.fft_kernel_height_above and p.c > p.k
     why = (f"KH={p.kh} (> {cfg.fft_kernel_height_above}?), src C={p.c} > dst C={p.k}? "
            f"{'yes' if p.c > p.k else 'no'}")
-    fft = v.fft(p, target) if shape else None
+    fft = verdicts["FFT"] if shape else None
     if fft is not None:
         why += f"; CLFFTConvolutionLayer::validate: {fft.reason}"
     if trace.rule("gpu.nchw.fft", bool(fft), why + (" -> FFT" if fft else "")):
@@ -58,7 +59,7 @@ def _nchw(p: ConvProblem, target: Target, rules: Rules, trace: Trace) -> Decisio
     if trace.rule("gpu.nchw.small_ifm", small, f"C={p.c} {'<' if small else '>='} "
                   f"{cfg.nchw_small_ifm_below}" + (" -> GEMM" if small else "")):
         return Decision("GEMM", "gpu.nchw.small_ifm")
-    wino = v.winograd(p, target, rules)
+    wino = verdicts["WINOGRAD"]
     if trace.rule("gpu.nchw.winograd", wino.ok, "ClWinogradConv2d::validate: " + wino.reason):
         return Decision("WINOGRAD", "gpu.nchw.winograd", wino.params)
     trace.rule("gpu.nchw.default", True, "Winograd not valid -> GEMM")
@@ -69,9 +70,10 @@ def _in(target: Target, names: tuple[str, ...], archs: tuple[str, ...] = ()) -> 
     return target.name in names or target.arch in archs
 
 
-def _nhwc(p: ConvProblem, target: Target, rules: Rules, trace: Trace) -> Decision:
+def _nhwc(p: ConvProblem, target: Target, rules: Rules, verdicts: dict[str, Verdict],
+          trace: Trace) -> Decision:
     cfg = rules.gpu
-    direct = v.direct(p, target, rules)
+    direct = verdicts["DIRECT"]
     if _srgan(p, rules, direct, trace, "gpu.nhwc.srgan"):
         return Decision("DIRECT", "gpu.nhwc.srgan")
     if trace.rule("gpu.nhwc.quantized", not p.is_float,
@@ -80,7 +82,7 @@ def _nhwc(p: ConvProblem, target: Target, rules: Rules, trace: Trace) -> Decisio
         return Decision("GEMM", "gpu.nhwc.quantized")
     old = _in(target, cfg.old_gpu.targets, cfg.old_gpu.archs)
     ofm_le_8 = p.k <= cfg.last_layer_max_ofm
-    wino = v.winograd(p, target, rules)
+    wino = verdicts["WINOGRAD"]
     ifm_ge_8 = p.c >= cfg.winograd_min_ifm
     why = f"ClWinogradConv2d::validate: {wino.reason}; C={p.c} >= {cfg.winograd_min_ifm}? " + (
         "yes" if ifm_ge_8 else "no")
@@ -91,7 +93,7 @@ def _nhwc(p: ConvProblem, target: Target, rules: Rules, trace: Trace) -> Decisio
     if trace.rule("gpu.nhwc.winograd", take, why + (" -> WINOGRAD" if take else "")):
         return Decision("WINOGRAD", "gpu.nhwc.winograd", wino.params)
     if direct.ok:
-        decision = _direct_family(p, target, rules, trace, old)
+        decision = _direct_family(p, target, rules, verdicts["INDIRECT"], trace, old)
         if decision:
             return decision
     else:
@@ -105,8 +107,8 @@ def _threshold(target: Target, rules: Rules) -> int:
     return kt.targets.get(target.name, kt.default)
 
 
-def _direct_family(p: ConvProblem, target: Target, rules: Rules, trace: Trace,
-                   old: bool) -> Decision | None:
+def _direct_family(p: ConvProblem, target: Target, rules: Rules, indirect: Verdict,
+                   trace: Trace, old: bool) -> Decision | None:
     cfg = rules.gpu
     thr = _threshold(target, rules)
     large_k = p.kw >= thr and p.kh >= thr
@@ -127,7 +129,7 @@ def _direct_family(p: ConvProblem, target: Target, rules: Rules, trace: Trace,
         trace.rule("gpu.nhwc.direct.g76", fire, f"{target.name}: (large_k and workload and "
                    f"C>=16) or (OFM<=8 and C>=16); {facts}" + (" -> DIRECT" if fire else ""))
         return Decision("DIRECT", "gpu.nhwc.direct.g76") if fire else None
-    preferred, pref_why = _preferred(p, target, rules)
+    preferred, pref_why = _preferred(p, target, rules, indirect)
     unit = p.stride == (1, 1)
     rules_in_order = [
         ("gpu.nhwc.direct.first_layer", workload and not ifm_ge_16 and not unit and
@@ -144,14 +146,14 @@ def _direct_family(p: ConvProblem, target: Target, rules: Rules, trace: Trace,
     return None
 
 
-def _preferred(p: ConvProblem, target: Target, rules: Rules) -> tuple[str, str]:
+def _preferred(p: ConvProblem, target: Target, rules: Rules,
+               verdict: Verdict) -> tuple[str, str]:
     ind = rules.gpu.indirect
     if target.name not in ind.targets:
         return "DIRECT", f"{target.name} prefers DIRECT"
     ksz = p.kh * p.kw
     shape_ok = (ind.min_kernel_area_exclusive < ksz <= ind.max_kernel_area
                 and (ksz % 2 == 1 or not ind.odd_only))
-    verdict = v.indirect(p, target)
     if shape_ok and verdict.ok:
         return "INDIRECT", f"{target.name} prefers INDIRECT for odd ksz={ksz} in " \
                            f"({ind.min_kernel_area_exclusive}, {ind.max_kernel_area}]"

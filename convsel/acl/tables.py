@@ -7,50 +7,75 @@ which field kept a rule from firing.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 from ..problem import ConvProblem
 from ..rules import NearMiss, TableRow
 
 
-def _fields(p: ConvProblem, row: TableRow) -> list[tuple[str, Any, Any]]:
-    """(field, problem value, row value) for every compared field."""
-    fields = [("input (h, w)", (p.h, p.w), (row.h, row.w)),
-              ("kernel (kh, kw)", (p.kh, p.kw), row.kernel),
-              ("channels (c, k)", (p.c, p.k), (row.c, row.k)),
-              ("stride", p.stride, row.stride),
-              ("pad", p.pad, row.pad)]
-    if row.layout is not None:
-        fields.append(("layout", p.layout, row.layout))
-    return fields
+_FIELD_NAMES = ("input (h, w)", "kernel (kh, kw)", "channels (c, k)", "stride", "pad", "layout")
+Key = tuple[Any, ...]
 
 
-def matches(p: ConvProblem, row: TableRow) -> bool:
-    return (p.h == row.h and p.w == row.w and (p.kh, p.kw) == row.kernel and p.c == row.c
-            and p.k == row.k and p.stride == row.stride and p.pad == row.pad
-            and (row.layout is None or row.layout == p.layout))
+def _problem_key(p: ConvProblem) -> Key:
+    return ((p.h, p.w), (p.kh, p.kw), (p.c, p.k), p.stride, p.pad, p.layout)
 
 
-def find(p: ConvProblem, rows: Iterable[TableRow]) -> TableRow | None:
-    return next((row for row in rows if matches(p, row)), None)
+def _row_key(row: TableRow, layout: str) -> Key:
+    return ((row.h, row.w), row.kernel, (row.c, row.k), row.stride, row.pad,
+            row.layout or layout)
+
+
+class _Index:
+    """A table's rows hashed by their key, and by their key less each single field, so that
+    exact matches and one-field near misses are dictionary look-ups (select() is hot)."""
+
+    def __init__(self, rows: tuple[TableRow, ...]) -> None:
+        self.rows = rows
+        self.exact: dict[Key, TableRow] = {}
+        self.without: list[dict[Key, list[TableRow]]] = [{} for _ in _FIELD_NAMES]
+        for row in rows:
+            for layout in ((row.layout,) if row.layout else ("NHWC", "NCHW")):
+                key = _row_key(row, layout)
+                self.exact.setdefault(key, row)
+                for i, table in enumerate(self.without):
+                    bucket = table.setdefault(key[:i] + key[i + 1:], [])
+                    if row not in bucket:
+                        bucket.append(row)
+
+
+_INDEXES: dict[int, _Index] = {}
+
+
+def _index(rows: tuple[TableRow, ...]) -> _Index:
+    index = _INDEXES.get(id(rows))
+    if index is None or index.rows is not rows:   # id() may be reused by a new rules object
+        index = _INDEXES[id(rows)] = _Index(rows)
+    return index
+
+
+def find(p: ConvProblem, rows: tuple[TableRow, ...]) -> TableRow | None:
+    return _index(rows).exact.get(_problem_key(p))
 
 
 def _close(a: Any, b: Any, rel: float) -> bool:
-    if isinstance(a, str) or isinstance(b, str):
-        return False
+    if isinstance(a, str):
+        return True    # a row for the other layout is worth naming too
     return all(abs(x - y) <= max(1, rel * max(abs(x), abs(y))) for x, y in zip(a, b))
 
 
-def near_misses(p: ConvProblem, rows: Iterable[TableRow], cfg: NearMiss) -> list[str]:
-    """Describe rows that the problem misses in at most ``cfg.max_fields`` close fields."""
+def near_misses(p: ConvProblem, rows: tuple[TableRow, ...], cfg: NearMiss) -> list[str]:
+    """Describe rows that the problem misses in exactly one field, by a small difference."""
+    if not cfg.enabled:
+        return []
+    key = _problem_key(p)
     notes = []
-    for row in rows:
-        diff = [(name, mine, theirs) for name, mine, theirs in _fields(p, row) if mine != theirs]
-        if 0 < len(diff) <= cfg.max_fields and all(
-                _close(mine, theirs, cfg.max_relative_difference) for _, mine, theirs in diff):
-            what = "; ".join(f"{name} is {_fmt(mine)}, the row has {_fmt(theirs)}"
-                             for name, mine, theirs in diff)
-            notes.append(f"near miss of row '{row.id}': {what}")
+    for i, table in enumerate(_index(rows).without):
+        for row in table.get(key[:i] + key[i + 1:], ()):
+            theirs = _row_key(row, p.layout)[i]
+            if theirs != key[i] and _close(key[i], theirs, cfg.max_relative_difference):
+                notes.append(f"near miss of row '{row.id}': {_FIELD_NAMES[i]} is "
+                             f"{_fmt(key[i])}, the row has {_fmt(theirs)}")
     return notes
 
 

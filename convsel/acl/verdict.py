@@ -2,33 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+# NamedTuples rather than frozen dataclasses: select() builds a dozen of these per call and
+# tuple construction is several times cheaper.
+
+_NO_PARAMS: dict[str, Any] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """The answer of one validate() predicate: ``ok``, the reason, and any chosen parameters
-    (the Winograd output tile, for instance)."""
+    (the Winograd output tile, for instance). Truthy when ``ok``."""
 
     ok: bool
     reason: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = _NO_PARAMS
 
     def __bool__(self) -> bool:
         return self.ok
 
 
 def passed(reason: str, **params: Any) -> Verdict:
-    return Verdict(True, reason, params)
+    return Verdict(True, reason, params or _NO_PARAMS)
 
 
 def failed(reason: str) -> Verdict:
     return Verdict(False, reason)
 
 
-@dataclass(frozen=True, slots=True)
-class TraceStep:
+class TraceStep(NamedTuple):
     """One rule as evaluated: its id, whether it fired (decided the answer), and why."""
 
     id: str
@@ -43,14 +45,14 @@ class Trace(list[TraceStep]):
     """The rules in evaluation order; :meth:`rule` records one and returns whether it fired."""
 
     def rule(self, rule_id: str, fired: bool, reason: str) -> bool:
-        self.append(TraceStep(rule_id, bool(fired), reason))
-        return bool(fired)
+        fired = bool(fired)
+        self.append(TraceStep(rule_id, fired, reason))
+        return fired
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """What a heuristic returns: the ACL method, the rule that decided, and parameters."""
 
     method: str
     rule: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = _NO_PARAMS
