@@ -1,0 +1,185 @@
+"""The "measured" policy: answer from the tuning database, else from ACL's rules.
+
+It never times anything unless asked (``tune=True``): an unseen problem gets the rules'
+answer at once, with a trace step that says no entry was found. A database that cannot be
+opened degrades to the rules too, with the reason in the trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..acl.verdict import TraceStep
+from ..errors import ConvselError, TuningDatabaseError
+from ..rules import Rules
+from ..selection import Selection
+from ..targets import Target
+from .db import TuningDB, TuningEntry, default_path
+from .measure import device_identity, label_of, measure
+
+_METHOD = {"direct": "DIRECT", "im2col_gemm": "GEMM", "gemm_1x1": "GEMM",
+           "winograd": "WINOGRAD", "fft": "FFT"}
+_open: dict[Path, TuningDB] = {}
+_open_lock = threading.Lock()
+
+
+def method_of(algorithm: str, target: Target) -> str:
+    """ACL's name for the method an algorithm implements on this target."""
+    if algorithm == "indirect_gemm":
+        return "INDIRECT" if target.is_gpu else "GEMM_CONV2D"
+    return _METHOD[algorithm]
+
+
+def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
+    """``db`` itself, or the (cached) database at that path or the default path.
+
+    Raises TuningDatabaseError when the file cannot be used; a failure is not cached, so a
+    repaired file is picked up on the next call.
+    """
+    if isinstance(db, TuningDB):
+        return db
+    path = Path(db).expanduser() if db is not None else default_path()
+    with _open_lock:
+        if path not in _open:
+            _open[path] = TuningDB(path)
+        return _open[path]
+
+
+def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: Selection, *,
+                    backend: str = "numpy", device: Any = None,
+                    db: TuningDB | str | os.PathLike[str] | None = None,
+                    tune: bool = False) -> Selection:
+    """The tuned answer for ``problem`` on ``backend``/``device``, or ACL's with the reason.
+
+    Parameters
+    ----------
+    problem : ConvProblem
+    target : Target
+        Names the methods and breaks ties: when the database holds a tie, ACL's pick wins it
+        if it is among the tied, else the fastest of them.
+    rules : Rules
+    acl_selection : Selection
+        What the rules answer; returned (as policy "measured", source "rules") when the
+        database has no entry.
+    backend, device
+        Whose timings to use; the device identity is part of the database key.
+    db : TuningDB or path, optional
+        Defaults to ``$CONVSEL_TUNING_DB`` or the user's data directory.
+    tune : bool
+        Time the problem now when there is no entry, and record it.
+
+    Returns
+    -------
+    Selection
+        ``source="tuning-db"`` with ``measurement`` holding the timings, or
+        ``source="rules"``; the last trace step says which and why.
+    """
+    try:
+        ident = _identity(backend, device)
+        database = open_db(db)
+        entry = database.lookup(problem, backend, ident)
+    except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
+        return _rules_answer(acl_selection, "measured.db-unavailable",
+                             f"tuning database unavailable ({exc}); answered from ACL's rules")
+    where = f"{backend} on {ident['name']} ({ident['driver']})"
+    if entry is None and tune:
+        entry, note = _tune(problem, backend, device, rules, database)
+        if entry is None:
+            return _rules_answer(acl_selection, "measured.tune-failed", note)
+    if entry is None:
+        return _rules_answer(acl_selection, "measured.no-entry",
+                             f"the tuning database ({database.path}) holds no entry for this "
+                             f"problem on {where}; answered from ACL's rules (run `convsel "
+                             f"tune` or select with tune=True to measure it)")
+    return _from_entry(entry, acl_selection, target, str(database.path))
+
+
+def _identity(backend: str, device: Any) -> dict[str, str]:
+    try:
+        return dict(_cached_identity(backend, device))
+    except TypeError:  # an unhashable device handle
+        return device_identity(backend, device)
+
+
+@lru_cache(maxsize=64)
+def _cached_identity(backend: str, device: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(device_identity(backend, device).items())
+
+
+def _rules_answer(acl: Selection, step_id: str, reason: str) -> Selection:
+    # fired=False: the ACL rule that decided stays the answer's rule and reason.
+    return dataclasses.replace(acl, policy="measured", source="rules",
+                               trace=(*acl.trace, TraceStep(step_id, False, reason)))
+
+
+def _tune(problem: Any, backend: str, device: Any, rules: Rules,
+          database: TuningDB) -> tuple[TuningEntry | None, str]:
+    try:
+        entry = measure(problem, backend, device, rules=rules).entry()
+    except ConvselError as exc:
+        return None, f"tuning failed ({exc}); answered from ACL's rules"
+    try:
+        database.record(entry)
+    except TuningDatabaseError:
+        pass  # read-only: the answer still uses what was just measured
+    return entry, ""
+
+
+def pick(entry: TuningEntry, acl: Selection) -> tuple[str | None, str]:
+    """The label the measured policy runs for ``entry``, and why."""
+    acl_label = label_of(acl.algorithm, acl.params)
+    if entry.winner is not None:
+        return entry.winner, f"{entry.winner} beat every other candidate by more than the noise"
+    if not entry.tie:
+        return None, "the entry holds no successful timing"
+    tied = ", ".join(entry.tie)
+    if acl_label in entry.tie:
+        return acl_label, f"tie within noise ({tied}); ACL's rules break it: {acl_label}"
+    return entry.tie[0], (f"tie within noise ({tied}) without ACL's pick {acl_label}; "
+                          f"the fastest median breaks it: {entry.tie[0]}")
+
+
+def _from_entry(entry: TuningEntry, acl: Selection, target: Target, path: str) -> Selection:
+    label, why = pick(entry, acl)
+    if label is None:
+        return _rules_answer(acl, "measured.no-timing", f"the tuning database's entry for this "
+                             f"problem {why}; answered from ACL's rules")
+    chosen = entry.timings[label]
+    algorithm = str(chosen["algorithm"])
+    params = {k: tuple(v) if isinstance(v, list) else v
+              for k, v in dict(chosen.get("params") or {}).items()}
+    acl_label = label_of(acl.algorithm, acl.params)
+    versus = "" if label == acl_label else f"; ACL's rules would run {acl_label}" + (
+        f" ({_ms(entry.timings[acl_label])})" if "median_s" in entry.timings.get(acl_label, {})
+        else "")
+    step = TraceStep("measured.tuning-db", True,
+                     f"measured on {entry.backend} / {entry.device['name']}: {label} "
+                     f"({_ms(chosen)}): {why}{versus}")
+    return dataclasses.replace(
+        acl, method=method_of(algorithm, target), algorithm=algorithm, params=params,
+        rule="measured.tuning-db", policy="measured", source="tuning-db", fallback=None,
+        trace=(*acl.trace, step), measurement=_measurement(entry, label, path))
+
+
+def _ms(t: Mapping[str, Any]) -> str:
+    return f"median {t['median_s'] * 1e3:.3g} ms ± {t['iqr_s'] * 1e3:.2g} IQR"
+
+
+def _measurement(entry: TuningEntry, label: str, path: str) -> dict[str, Any]:
+    timings = {}
+    for name, t in entry.timings.items():
+        if "median_s" in t:
+            timings[name] = {"median_ms": t["median_s"] * 1e3, "iqr_ms": t["iqr_s"] * 1e3,
+                             "runs": t["runs"]}
+        else:
+            timings[name] = {k: t[k] for k in ("error", "skipped") if k in t}
+    return {"chosen": label, "winner": entry.winner, "tie": list(entry.tie),
+            "backend": entry.backend, "device": dict(entry.device), "database": path,
+            "measured_at": datetime.fromtimestamp(entry.created, timezone.utc).isoformat(),
+            "timings": timings}
