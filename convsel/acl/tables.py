@@ -7,6 +7,7 @@ which field kept a rule from firing.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..problem import ConvProblem
@@ -77,6 +78,16 @@ def near_misses(p: ConvProblem, rows: tuple[TableRow, ...], cfg: NearMiss) -> li
                 notes.append(f"near miss of row '{row.id}': {_FIELD_NAMES[i]} is "
                              f"{_fmt(key[i])}, the row has {_fmt(theirs)}")
     return notes
+
+
+# Reads back what near_misses() writes; kept beside it so the two cannot drift apart.
+_NEAR_MISS = re.compile(r"near miss of row '(?P<row>[^']+)': (?P<field>.+?) is "
+                        r"(?P<problem_value>\S+), the row has (?P<row_value>[^;]+)")
+
+
+def parse_near_misses(text: str) -> list[dict[str, str]]:
+    """The near misses named in a trace reason: row id, field, problem's and row's values."""
+    return [m.groupdict() for m in _NEAR_MISS.finditer(text)]
 
 
 def _fmt(value: Any) -> str:
