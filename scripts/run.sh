@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set everything up and start the convsel service on the embedded defaults
+# (packaged heuristics, numpy + PoCL OpenCL backends, SQLite tuning DB in the user data dir).
+# Extra arguments go to `convsel serve` (e.g. --port 8080).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/convsel serve "$@"
