@@ -1,0 +1,136 @@
+"""``convsel tune``: time every algorithm for each layer and record the winners."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from ..errors import ConvselError
+from ..tuning.db import TuningDB
+from ..tuning.layers import Layer, distinct, load_layers
+from ..tuning.measure import Measurement, Settings, measure
+from .problem_args import add_problem_arguments, problem_from_args
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``tune`` and ``report``: where to run and how long to time."""
+    defaults = Settings()
+    parser.add_argument("--layers", metavar="FILE", help="layer file (JSON array as in "
+                        "shared/data/layers.json; the default when --net is given)")
+    parser.add_argument("--net", action="append", metavar="NAME",
+                        help="only this net of the layer file (repeatable)")
+    parser.add_argument("--backend", default="numpy", help="numpy or opencl")
+    parser.add_argument("--device", default=None, help="backend device (OpenCL: index or name)")
+    parser.add_argument("--db", default=None, metavar="PATH",
+                        help="tuning database (default: $CONVSEL_TUNING_DB or the user data "
+                             "directory)")
+    parser.add_argument("--min-time", type=float, default=defaults.min_time, metavar="S",
+                        help=f"time each algorithm at least this long (default "
+                             f"{defaults.min_time})")
+    parser.add_argument("--repeats", type=int, default=defaults.min_runs, metavar="N",
+                        help=f"and at least this many runs (default {defaults.min_runs})")
+    parser.add_argument("--warmup", type=int, default=defaults.warmup, metavar="N",
+                        help=f"untimed runs first (default {defaults.warmup})")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_timing_arguments(parser)
+    add_problem_arguments(parser, required=False)
+    parser.add_argument("--retune", action="store_true",
+                        help="time layers the database already holds again")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    if args.repeats < 1 or args.min_time < 0 or args.warmup < 0:
+        raise ValueError("--repeats must be >= 1, --min-time and --warmup >= 0")
+    return Settings(warmup=args.warmup, min_runs=args.repeats, min_time=args.min_time)
+
+
+def layers_from_args(args: argparse.Namespace) -> list[Layer]:
+    """The layers named by --layers/--net, or the one problem given by flags."""
+    if getattr(args, "h", None) is not None:
+        missing = [f"--{n}" for n in ("w", "c", "k", "kernel") if getattr(args, n) is None]
+        if missing:
+            raise ValueError(f"a problem given by flags also needs {', '.join(missing)}")
+        return [Layer("cli", "problem", problem_from_args(args))]
+    if args.layers is None and not args.net:
+        raise ValueError("say what to tune: --net NAME, --layers FILE, or problem flags "
+                         "(--h --w --c --k --kernel ...)")
+    layers, messages = load_layers(args.layers, args.net)
+    for message in messages:
+        print(f"warning: {message}", file=sys.stderr)
+    return distinct(layers)
+
+
+def device_arg(value: str | None) -> Any:
+    """An OpenCL device index given as a number, else the string as given."""
+    return int(value) if value is not None and value.isdigit() else value
+
+
+def run(args: argparse.Namespace) -> int:
+    layers = layers_from_args(args)
+    settings = settings_from_args(args)
+    db = TuningDB(args.db)
+    device = device_arg(args.device)
+    todo, done = _split(layers, db, args, device)
+    if done:
+        print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
+              "them again)")
+    bar = _bar(len(todo), args.no_progress)
+    measured, failures, started = 0, 0, time.perf_counter()
+    try:
+        for layer in todo:
+            bar.set_description(_short(layer.label))
+            try:
+                m = measure(layer.problem, args.backend, device, settings=settings,
+                            on_candidate=lambda label: bar.set_postfix_str(label))
+            except ConvselError as exc:
+                failures += 1
+                bar.write(f"{layer.label}: not tuned: {exc}")
+            else:
+                db.record(m.entry())
+                measured += 1
+                bar.write(_line(layer, m))
+            bar.update(1)
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"interrupted: {measured} layer(s) measured and kept in {db.path}; the layer "
+              "being timed was dropped", file=sys.stderr)
+        return 130
+    bar.close()
+    print(f"tuned {measured} layer(s) in {time.perf_counter() - started:.1f} s on "
+          f"{args.backend}; {failures} could not be tuned; database {db.path}")
+    return 1 if failures and not measured else 0
+
+
+def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,
+           device: Any) -> tuple[list[Layer], list[Layer]]:
+    if args.retune:
+        return layers, []
+    from ..tuning.measure import device_identity
+
+    ident = device_identity(args.backend, device)
+    done = [x for x in layers if db.lookup(x.problem, args.backend, ident) is not None]
+    return [x for x in layers if x not in done], done
+
+
+def _line(layer: Layer, m: Measurement) -> str:
+    ok = sorted(((v["median_s"], k) for k, v in m.timings.items() if "median_s" in v))
+    times = ", ".join(f"{k} {t * 1e3:.3g}" for t, k in ok)
+    verdict = f"winner {m.winner}" if m.winner else f"tie {'/'.join(m.tie)}"
+    errors = "".join(f"; {k} failed: {e}" for k, e in m.errors.items())
+    return f"{layer.label}: {verdict} (ms: {times}){errors}"
+
+
+def _short(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _bar(total: int, disabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="layer", disable=disabled, file=sys.stderr,
+                dynamic_ncols=True, leave=False)

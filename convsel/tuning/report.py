@@ -1,0 +1,202 @@
+"""How good is each policy here? Per layer, the time of each policy's pick against the fastest.
+
+:func:`build_report` times every candidate of every layer afresh (the oracle is the fastest
+median of that run), asks each policy what it would run, and reads that pick's time from the
+same run. Regret is pick time / oracle time (1.0 is perfect); the summary gives its geometric
+mean per policy and how often each policy picked the oracle's candidate. The measured policy's
+picks come from the tuning database (an earlier ``convsel tune``), so they are judged on
+timings they were not chosen from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ..errors import ConvselError
+from ..rules import Rules
+from ..selection import Selection, select
+from .db import TuningDB
+from .layers import Layer
+from .measure import Measurement, Settings, label_of, measure, timed
+
+POLICIES = ("acl", "measured")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What one policy runs on one layer and what that costs in this run."""
+
+    label: str
+    method: str
+    time_s: float | None
+    regret: float | None
+    source: str
+    rule: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "method": self.method, "time_ms": _ms(self.time_s),
+                "regret": self.regret, "source": self.source, "rule": self.rule,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """One layer: every candidate's timing, the oracle, and each policy's pick."""
+
+    layer: Layer
+    measurement: Measurement
+    picks: dict[str, Pick]
+
+    @property
+    def oracle(self) -> str:
+        label = self.measurement.fastest
+        assert label is not None  # build_report keeps only layers with a timing
+        return label
+
+    @property
+    def oracle_time(self) -> float:
+        return float(self.measurement.timings[self.oracle]["median_s"])
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.measurement
+        return {"net": self.layer.net, "name": self.layer.name,
+                "problem": self.layer.problem.to_dict(), "shape": str(self.layer.problem),
+                "oracle": self.oracle, "oracle_ms": _ms(self.oracle_time),
+                "timings_ms": {k: {"median": _ms(v["median_s"]), "iqr": _ms(v["iqr_s"]),
+                                   "runs": v["runs"]} for k, v in timed(m.timings).items()},
+                "errors": m.errors, "skipped": dict(m.skipped), "winner": m.winner,
+                "tie": list(m.tie), "picks": {p: k.to_dict() for p, k in self.picks.items()}}
+
+
+@dataclass
+class Report:
+    """Every layer's result, with what was left out and why."""
+
+    backend: str
+    device: dict[str, str]
+    target: str
+    settings: Settings
+    layers: list[LayerResult] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+    def summary(self, net: str | None = None) -> dict[str, dict[str, Any]]:
+        """Per policy: geometric-mean regret (over all layers and over tuned ones), how
+        often it picked the oracle, and how many layers count."""
+        rows = [r for r in self.layers if net is None or r.layer.net == net]
+        out = {}
+        for policy in POLICIES:
+            picks = [(r, r.picks[policy]) for r in rows if policy in r.picks]
+            tuned = [p for _, p in picks if p.source == "tuning-db"]
+            out[policy] = {
+                "layers": len(picks),
+                "geomean_regret": geomean(p.regret for _, p in picks),
+                "oracle_picks": sum(p.label == r.oracle for r, p in picks),
+                "failed_picks": sum(p.regret is None for _, p in picks),
+                "tuned_layers": len(tuned),
+                "geomean_regret_tuned": geomean(p.regret for p in tuned),
+                "worst_regret": max((p.regret or math.inf for _, p in picks), default=None)}
+        return out
+
+    def worst(self, policy: str = "acl", n: int = 5) -> list[LayerResult]:
+        """The layers where ``policy``'s pick costs most, worst first (regret > 1 only)."""
+        costly = [r for r in self.layers if (r.picks[policy].regret or math.inf) > 1.0]
+        return sorted(costly, key=lambda r: -(r.picks[policy].regret or math.inf))[:n]
+
+    @property
+    def nets(self) -> list[str]:
+        return list(dict.fromkeys(r.layer.net for r in self.layers))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "device": self.device, "target": self.target,
+                "settings": dataclasses.asdict(self.settings), "summary": self.summary(),
+                "per_net": {n: self.summary(n) for n in self.nets},
+                "worst_acl": [{"layer": r.layer.label, "regret": r.picks["acl"].regret,
+                               "acl": r.picks["acl"].label, "oracle": r.oracle,
+                               "rule": r.picks["acl"].rule, "reason": r.picks["acl"].reason}
+                              for r in self.worst("acl")],
+                "layers": [r.to_dict() for r in self.layers], "left_out": self.left_out}
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the finite values given (None or inf count as missing)."""
+    finite = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return math.exp(sum(map(math.log, finite)) / len(finite)) if finite else None
+
+
+def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = None,
+                 db: TuningDB | None = None, target: str = "cpu", rules: Rules | None = None,
+                 settings: Settings = Settings(),
+                 on_progress: Callable[[Layer, str], None] | None = None) -> Report:
+    """Time ``layers`` on ``backend`` and judge each policy's pick against the fastest.
+
+    Parameters
+    ----------
+    layers : list of Layer
+    backend, device
+        Where to time; the measured policy looks up entries for the same backend/device.
+    db : TuningDB, optional
+        Where the measured policy reads; defaults to the default database.
+    target : str
+        The ACL target whose rules the "acl" policy applies (``"cpu"``).
+    settings : Settings
+        Timing settings (see :func:`convsel.tuning.measure.measure`).
+    on_progress : callable, optional
+        Called with (layer, candidate label) before each candidate is timed.
+
+    Returns
+    -------
+    Report
+        Layers that cannot be timed are listed in ``left_out`` with why.
+    """
+    report: Report | None = None
+    results, left_out = [], []
+    for layer in layers:
+        def progress(label: str, layer: Layer = layer) -> None:
+            if on_progress is not None:
+                on_progress(layer, label)
+        try:
+            m = measure(layer.problem, backend, device, rules=rules, settings=settings,
+                        on_candidate=progress)
+        except ConvselError as exc:
+            left_out.append(f"{layer.label}: {exc}")
+            continue
+        if m.fastest is None:
+            left_out.append(f"{layer.label}: no candidate ran ({m.errors or dict(m.skipped)})")
+            continue
+        picks = {p: _pick(_select(layer, p, target, rules, backend, device, db), m)
+                 for p in POLICIES}
+        results.append(LayerResult(layer, m, picks))
+        if report is None:
+            report = Report(backend, dict(m.device), target, settings)
+    report = report or Report(backend, {}, target, settings)
+    report.layers, report.left_out = results, left_out
+    return report
+
+
+def _select(layer: Layer, policy: str, target: str, rules: Rules | None, backend: str,
+            device: Any, db: TuningDB | None) -> Selection:
+    if policy == "acl":
+        return select(layer.problem, target, rules=rules)
+    return select(layer.problem, target, rules=rules, policy="measured", backend=backend,
+                  device=device, db=db)
+
+
+def _pick(sel: Selection, m: Measurement) -> Pick:
+    label = label_of(sel.algorithm, sel.params)
+    t = m.timings.get(label, {})
+    time_s = t.get("median_s")
+    fastest = m.fastest
+    best = m.timings[fastest]["median_s"] if fastest else None
+    regret = (time_s / best) if time_s is not None and best else None
+    reason = sel.reason + (f" [fallback: {sel.fallback}]" if sel.fallback else "")
+    if time_s is None:
+        reason += f" [{label} did not run: {t.get('error') or m.skipped.get(label, 'absent')}]"
+    return Pick(label, sel.method, time_s, regret, sel.source, sel.rule, reason)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1e3, 4)
