@@ -1,0 +1,63 @@
+"""Indirect GEMM on OpenCL (kernels/indirect.cl): an indirection buffer of input offsets per
+output pixel and kernel tap, built once at prepare time, replaces im2col's copy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...acl.verdict import Verdict
+from ...problem import ConvProblem
+from . import program as prog
+from .prepared import (NUMPY_DTYPES, BufferPlan, OpenCLKernel, Step, bias_buffer,
+                       bias_options, bind, check_plan, io_plan, plan_verdict)
+from .runtime import Runtime
+
+RM, RN = 4, 4               # output pixels x output channels per work item
+
+
+def _plan(p: ConvProblem) -> BufferPlan:
+    return io_plan(p).add("indirection", p.n * p.out_h * p.out_w * p.kh * p.kw, 4)
+
+
+def indirection(p: ConvProblem) -> np.ndarray:
+    """int32 [N*OH*OW][KH*KW]: element offset of input pixel (n, iy, ix) channel 0 for each
+    output pixel and tap, -1 where the tap reads padding."""
+    oy = np.arange(p.out_h)[:, None] * p.stride[0] - p.pad[0]
+    ox = np.arange(p.out_w)[:, None] * p.stride[1] - p.pad[2]
+    iy = oy + np.arange(p.kh)[None, :] * p.dilation[0]           # (OH, KH)
+    ix = ox + np.arange(p.kw)[None, :] * p.dilation[1]           # (OW, KW)
+    ok = ((iy >= 0) & (iy < p.h))[:, None, :, None] & ((ix >= 0) & (ix < p.w))[None, :, None, :]
+    pixel = iy[:, None, :, None] * p.w + ix[None, :, None, :]    # (OH, OW, KH, KW)
+    base = (np.arange(p.n) * p.h * p.w)[:, None, None, None, None]
+    offsets = np.where(ok[None], (base + pixel[None]) * p.c, -1)
+    return np.ascontiguousarray(offsets.reshape(-1, p.kh * p.kw), dtype=np.int32)
+
+
+def supports(p: ConvProblem, runtime: Runtime) -> Verdict:
+    return plan_verdict(p, _plan(p), runtime)
+
+
+def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
+            runtime: Runtime) -> OpenCLKernel:
+    plan = _plan(p)
+    check_plan(p, plan, runtime, "indirect_gemm")
+    dtype = NUMPY_DTYPES[p.dtype]
+    # OHWI -> [KH*KW][C][K]
+    w_dev = runtime.buffer(0, np.ascontiguousarray(
+        np.transpose(w, (1, 2, 3, 0)).reshape(p.kh * p.kw * p.c, p.k), dtype=dtype))
+    ind_dev = runtime.buffer(0, indirection(p))
+    b_dev = bias_buffer(runtime, bias, dtype)
+    x_dev = runtime.buffer(plan.sizes["x"])
+    y_dev = runtime.buffer(plan.sizes["y"])
+    options = (prog.dtype_options(p, runtime) + prog.activation_options(p)
+               + bias_options(bias) + [f"-DKH={p.kh}", f"-DKW={p.kw}", f"-DRM={RM}",
+                                       f"-DRN={RN}"])
+    program = runtime.program(prog.program_source("indirect"), tuple(options))
+    m = p.n * p.out_h * p.out_w
+    extents = [m, p.k, p.c]
+    kernel = bind(program, "indirect_gemm", [x_dev, ind_dev, w_dev, b_dev, y_dev, *extents])
+    step = Step("indirect_gemm", kernel, (-(-p.k // RN), -(-m // RM), 1),
+                prog.config_id("indirect_gemm", p, options,
+                               [*extents, *p.stride, *p.pad, *p.dilation, p.h, p.w]))
+    return OpenCLKernel(runtime, p, x_dev, y_dev, [step], plan.sizes["indirection"],
+                        keep=[w_dev, ind_dev, b_dev])
