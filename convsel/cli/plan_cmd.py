@@ -1,0 +1,129 @@
+"""``convsel plan MODEL.onnx``: the method for every Conv of an ONNX model, and a summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+RULE_WIDTH = 28
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="an .onnx file (read, never run; external data unread)")
+    parser.add_argument("--target", default="cpu", help="cpu, cpu-nofp16, G77, Mali-G78AE ...")
+    parser.add_argument("--policy", default="acl", help="acl (the rules) or measured")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
+                        help="shape of a graph input that inference leaves unknown "
+                        "(repeatable), e.g. input=1,3,224,224")
+    parser.add_argument("--fast-math", action="store_true", help="ACL's enable_fast_math")
+    parser.add_argument("--layout", default="NCHW", help="layout ACL runs in (ONNX is NCHW)")
+    parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
+    parser.add_argument("--backend", default=None, help="measured policy: whose timings")
+    parser.add_argument("--db", default=None, help="measured policy: tuning database path")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print each node's deciding reason")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..onnx import plan
+    from ..onnx.shapes import parse_input_shape
+
+    shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    options = {k: v for k, v in (("backend", args.backend), ("db", args.db)) if v is not None}
+    if options and args.policy != "measured":
+        raise ValueError(f"--{next(iter(options))} applies to --policy measured only")
+    result = plan(args.model, args.target, args.policy, input_shapes=shapes,
+                  fast_math=args.fast_math, layout=args.layout, rules=args.rules, **options)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(render(result.to_dict(), verbose=args.verbose))
+    return 0
+
+
+def render(d: dict[str, Any], verbose: bool = False) -> str:
+    """The plan as a table: one row per Conv, then notes and the summary."""
+    m = d["model"]
+    inputs = ", ".join(f"{k} {v}" for k, v in m["inputs"].items())
+    lines = [f"model    {m['graph'] or '?'} ({m['producer'] or 'unknown producer'}), opset "
+             f"{m['opset']}, inputs: {inputs}",
+             f"target   {d['target']}   policy {d['policy']}   rules {d['rules']['version']}",
+             "", f"{'node':<24} {'input NCHW -> K':<22} {'kernel':<20} {'method':<12} "
+                 f"{'algorithm':<14} {'rule':<{RULE_WIDTH}} {'activation':<18} time"]
+    for n in d["nodes"]:
+        p = n["problem"]
+        lines.append(f"{_cut(n['name'], 24):<24} {_io(p):<22} {_kernel(p):<20} "
+                     f"{n['method']:<12} {n['algorithm'] + _tile(n):<14} "
+                     f"{_cut(n['rule'], RULE_WIDTH):<{RULE_WIDTH}} {n['activation'] or '-':<18} "
+                     f"{_time(n['time'])}")
+        if verbose:
+            lines.append(f"{'':<24} {n['reason']}")
+    lines += _notes(d)
+    lines.append("")
+    lines.append(_summary(d["summary"]))
+    return "\n".join(lines)
+
+
+def _io(p: dict[str, Any]) -> str:
+    return f"{p['n']}x{p['c']}x{p['h']}x{p['w']} -> {p['k']}"
+
+
+def _kernel(p: dict[str, Any]) -> str:
+    s = f"{p['kh']}x{p['kw']} s{p['stride'][0]}"
+    if p["stride"][0] != p["stride"][1]:
+        s += f"x{p['stride'][1]}"
+    if any(p["pad"]):
+        s += " p" + ",".join(map(str, p["pad"]))
+    if p["dilation"] != [1, 1]:
+        s += f" d{p['dilation'][0]}"
+    if p["groups"] != 1:
+        s += f" g{p['groups']}"
+    return s if p["dtype"] == "F32" else f"{s} {p['dtype']}"
+
+
+def _tile(n: dict[str, Any]) -> str:
+    tile = n["params"].get("tile")
+    return f" {tile[0]}x{tile[1]}" if tile else ""
+
+
+def _time(t: dict[str, Any] | None) -> str:
+    if not t or t.get("median_ms") is None:
+        return "-"
+    return f"{t['median_ms']:.3g} ms"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def _notes(d: dict[str, Any]) -> list[str]:
+    lines = []
+    for n in d["nodes"]:
+        for miss in n["near_misses"]:
+            lines.append(f"near miss  {n['name']}: {miss['rule']} row '{miss['row']}': "
+                         f"{miss['field']} is {miss['problem_value']}, the row has "
+                         f"{miss['row_value']}")
+        if n["fusion_note"]:
+            lines.append(f"not fused  {n['name']}: {n['fusion_note']}")
+        if n["fallback"]:
+            lines.append(f"fallback   {n['name']}: {n['fallback']}")
+        if "acl" in n and n["acl"]["algorithm"] != n["algorithm"]:
+            lines.append(f"measured   {n['name']}: ACL's rules pick {n['acl']['method']} "
+                         f"({n['acl']['algorithm']}, {n['acl']['rule']})")
+    for s in d["skipped"]:
+        lines.append(f"skipped    {s['name']} ({s['op_type']}): {s['reason']}")
+    return [""] + lines if lines else []
+
+
+def _summary(s: dict[str, Any]) -> str:
+    methods = ", ".join(f"{k} {v}" for k, v in s["methods"].items())
+    bad = ", ".join(f"{u['node']} ({u['method']}: {u['reason']})" for u in s["unrunnable"])
+    text = (f"summary  {s['convolutions']} convolutions: {methods}; "
+            f"{s['fused_activations']} fused activations; {s['gflops']:.3g} GFLOP; "
+            f"{len(s['near_misses'])} with near misses")
+    if s["measured"]:
+        text += f"; measured {s['measured']} ({s['measured_ms']:.3g} ms)"
+    text += "\n         no backend runs: " + (bad or "none (every method has an implementation)")
+    return text

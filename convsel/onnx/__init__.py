@@ -1,0 +1,10 @@
+"""Whole-model plans: every Conv of an ONNX model, answered as :func:`convsel.select` does.
+
+The ``onnx`` package is an optional extra, imported only when a model is read.
+"""
+
+from .errors import OnnxUnavailableError, PlanError, UnknownShapeError
+from .planner import ModelPlan, NodePlan, Skipped, plan
+
+__all__ = ["ModelPlan", "NodePlan", "OnnxUnavailableError", "PlanError", "Skipped",
+           "UnknownShapeError", "plan"]
