@@ -1,0 +1,131 @@
+"""create_app(): the FastAPI application, its lifespan and its one table of routers.
+
+Adding a route family
+---------------------
+Write ``service/routes/<name>.py`` with ``router = APIRouter(...)`` and add its module path to
+:data:`ROUTERS`; that is the only edit here. A route module may also define:
+
+``ready(app) -> {"ok": bool, ...}``
+    a readiness check, reported under ``detail["<name>"]`` by ``GET /readyz`` (a failing
+    check makes the service unready: 503);
+``OPENAPI_MODELS``
+    pydantic models that its routes reference from ``openapi_extra`` (bodies the route reads
+    itself, such as a multipart form) and that OpenAPI must therefore list;
+and a router-level ``lifespan=`` (``APIRouter(lifespan=...)``), which FastAPI runs after the
+app's own (rules loaded, backends probed) and shuts down before it. Shared state lives in
+``app.state.convsel`` (:class:`service.state.ServiceState`, via ``StateDep``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from types import ModuleType
+from typing import Any
+
+import anyio
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic.json_schema import models_json_schema
+
+from convsel import backends
+from convsel._version import __version__
+from convsel.rules import load_rules
+from convsel.targets import resolve_target
+
+from . import errors
+from .config import Settings
+from .metrics import Metrics, MetricsMiddleware
+from .pool import ConvPool
+from .state import ServiceState
+
+# The service's routers, mounted in this order. Add one line per route module.
+ROUTERS: tuple[str, ...] = (
+    "service.routes.meta",     # /healthz /readyz /metrics /v1/targets|methods|backends|rules
+    "service.routes.select",   # POST /v1/select, /v1/select/batch
+    "service.routes.conv",     # POST /v1/conv2d
+)
+
+DESCRIPTION = ("ACL's conv2d algorithm selection, explained, and convolutions run remotely. "
+               "Errors share one body: code, message, field, value, rule.")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app. Settings default to ``Settings()`` (the ``CONVSEL_*`` environment).
+
+    Rules load and backends are probed in the lifespan, so use the app under a server or
+    ``with TestClient(app)``; a bad rules file, target or backend stops the start-up.
+    """
+    settings = settings or Settings()
+    # The describers are read at scrape time, once the lifespan has probed the backends.
+    state = ServiceState(settings, Metrics(backend_describers=lambda: state.describers))
+    app = FastAPI(title="convsel", version=__version__, description=DESCRIPTION,
+                  lifespan=_lifespan, max_body_size=settings.max_body_bytes)
+    app.state.convsel = state
+    errors.install(app)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    modules = [importlib.import_module(path) for path in ROUTERS]
+    for module in modules:
+        app.include_router(module.router)
+        if hasattr(module, "ready"):
+            state.ready_checks[module.__name__.rsplit(".", 1)[-1]] = module.ready
+    app.openapi = lambda: _openapi(app, modules)  # type: ignore[method-assign]
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state: ServiceState = app.state.convsel
+    s = state.settings
+    rules = load_rules(s.heuristics)
+    resolve_target(s.default_target, rules)   # an unknown default target refuses to start
+    if s.default_backend not in backends.BACKENDS:
+        raise ValueError(f"CONVSEL_DEFAULT_BACKEND={s.default_backend!r}: unknown backend; "
+                         f"known: {', '.join(backends.BACKENDS)}")
+    state.rules = rules
+    dumped = rules.model_dump(mode="json", exclude={"digest", "source"})
+    state.rules_json = {"schema": dumped.pop("schema_"), **dumped}   # the file's own key
+    # Probing imports pyopencl and lists devices: seconds, so off the event loop.
+    state.backends = await anyio.to_thread.run_sync(_probe_backends)
+    state.describers = _describers(state.backends)
+    state.pool = ConvPool(s.max_concurrent_convolutions, s.max_queued_convolutions,
+                          s.retry_after_seconds, on_reject=state.metrics.rejected.inc)
+    try:
+        yield
+    finally:
+        state.pool.shutdown()
+
+
+def _probe_backends() -> dict[str, Any]:
+    return {name: backends.available(name) for name in backends.BACKENDS}
+
+
+def _describers(probed: dict[str, Any]) -> dict[str, Any]:
+    """Each importable backend's ``describe`` (the OpenCL backend's reports cache counters)."""
+    found = {}
+    for name in probed:
+        try:
+            module = backends.backend_module(name)
+        except ImportError:
+            continue
+        if callable(getattr(module, "describe", None)):
+            found[name] = module.describe
+    return found
+
+
+def _openapi(app: FastAPI, modules: Sequence[ModuleType]) -> dict[str, Any]:
+    """FastAPI's schema plus the models that routes reference from ``openapi_extra``."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                         routes=app.routes)
+    extra = [m for module in modules for m in getattr(module, "OPENAPI_MODELS", ())]
+    if extra:
+        _, defs = models_json_schema([(m, "validation") for m in extra],
+                                     ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, definition in defs.get("$defs", {}).items():
+            components.setdefault(name, definition)
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,74 @@
+"""Wire models -> library calls: problems, selections, and validation of bodies the routes
+read themselves. Errors keep the library's field/value/rule, with the field's wire path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from convsel.errors import InvalidProblemError
+from convsel.problem import ConvProblem
+from convsel.selection import select
+
+from .errors import FeatureUnavailableError
+from .schemas import ProblemIn
+from .state import ServiceState
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def to_problem(model: ProblemIn, where: str = "problem") -> ConvProblem:
+    """The library's ConvProblem; an invalid field is reported as ``problem.<field>``."""
+    try:
+        return ConvProblem.from_dict(model.model_dump(exclude_unset=True, exclude_none=True))
+    except InvalidProblemError as exc:
+        raise type(exc)(f"{where}.{exc.field}", exc.value, exc.rule) from None
+
+
+def validate_body(model: type[M], data: Any, *, json: bool = False,
+                  loc: tuple[str | int, ...] = ("body",)) -> M:
+    """Validate a body a route read itself, failing like FastAPI does (422, field locations)."""
+    try:
+        return model.model_validate_json(data) if json else model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_input=False)]
+        ) from None
+
+
+@contextmanager
+def policy_available(policy: str) -> Iterator[None]:
+    """Until the tuning layer is installed, policy="measured" cannot import it: a 503
+    saying so, never a 500."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("convsel.tuning"):
+            raise
+        raise FeatureUnavailableError("policy", policy, "this server has no tuning layer "
+                                      "(convsel.tuning); use policy 'acl'") from None
+
+
+def selection_options(state: ServiceState, policy: str, backend: str | None,
+                      device: str | None) -> dict[str, Any]:
+    """Options for select(): what the client gave, and for "measured" the server defaults."""
+    options = {k: v for k, v in (("backend", backend), ("device", device)) if v is not None}
+    if policy == "measured":
+        options.setdefault("backend", state.settings.default_backend)
+        options.setdefault("device", state.settings.default_device)
+    return options
+
+
+def run_select(state: ServiceState, problem: ConvProblem, target: str | None, policy: str,
+               options: dict[str, Any]) -> dict[str, Any]:
+    """select() as the wire answer (the normalised problem + ``Selection.to_dict()``)."""
+    with policy_available(policy):
+        sel = select(problem, target or state.settings.default_target,
+                     rules=state.loaded_rules(), policy=policy, **options)
+    answer = {"problem": problem.to_dict(), **sel.to_dict()}
+    state.metrics.selection(answer)
+    return answer

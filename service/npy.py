@@ -1,0 +1,111 @@
+"""Tensors on the wire: ``.npy`` bytes (numpy's own format), raw or base64.
+
+Decoding never unpickles (``allow_pickle=False``), refuses object, structured, string and
+complex dtypes, and checks the header's shape against the limits *before* allocating the array.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from convsel.errors import InvalidProblemError
+
+from .errors import TooLargeError
+
+NPY_MEDIA_TYPE = "application/x-npy"
+_KINDS = "biuf"           # bool, signed, unsigned, float: numbers a convolution can read
+_HEADER_ALLOWANCE = 4096  # bytes of .npy header tolerated on top of the data
+
+
+@dataclass(frozen=True)
+class TensorLimits:
+    max_elements: int
+    max_bytes: int
+
+
+def decode_base64(field: str, text: str, limits: TensorLimits) -> np.ndarray:
+    """Decode base64 of ``.npy`` bytes into an array; errors name ``field``.
+
+    Raises
+    ------
+    TooLargeError
+        The text, or the array its header announces, is over ``limits`` (HTTP 413).
+    InvalidProblemError
+        Not base64, not ``.npy``, a refused dtype, or data that does not match the header.
+    """
+    if not isinstance(text, str):
+        raise InvalidProblemError(field, type(text).__name__, "expected base64 text of .npy bytes")
+    encoded_limit = (limits.max_bytes + _HEADER_ALLOWANCE) * 4 // 3 + 4
+    if len(text) > encoded_limit:
+        raise TooLargeError(field, len(text), encoded_limit, "base64 length")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidProblemError(field, _preview(text), "not valid base64 (RFC 4648 standard "
+                                  "alphabet, with padding)") from None
+    return decode_bytes(field, raw, limits)
+
+
+def decode_bytes(field: str, raw: bytes, limits: TensorLimits) -> np.ndarray:
+    """Decode ``.npy`` bytes into a native-byte-order array (see :func:`decode_base64`)."""
+    stream = io.BytesIO(raw)
+    dtype, shape = _header(field, stream)
+    _check(field, dtype, shape, limits)
+    expected = len(raw) - stream.tell()
+    if expected != dtype.itemsize * math.prod(shape):
+        raise InvalidProblemError(field, f"{expected} data bytes", f"the header announces "
+                                  f"{shape} {dtype}, {dtype.itemsize * math.prod(shape)} bytes")
+    try:
+        array = np.load(io.BytesIO(raw), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InvalidProblemError(field, "npy", f"cannot be read: {exc}") from None
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+def encode_bytes(array: np.ndarray) -> bytes:
+    """``.npy`` bytes of ``array`` (format 1.0 for numeric dtypes)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def encode_base64(array: np.ndarray) -> str:
+    return base64.b64encode(encode_bytes(array)).decode("ascii")
+
+
+def _header(field: str, stream: io.BytesIO) -> tuple[np.dtype, tuple[int, ...]]:
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, _, dtype = fmt.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"format version {version} is not accepted (1.0 or 2.0)")
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+        raise InvalidProblemError(field, "npy header", f"not a .npy array: {exc}") from None
+    return np.dtype(dtype), tuple(int(d) for d in shape)
+
+
+def _check(field: str, dtype: np.dtype, shape: tuple[int, ...], limits: TensorLimits) -> None:
+    if dtype.hasobject or dtype.kind not in _KINDS or dtype.fields is not None:
+        raise InvalidProblemError(field, str(dtype), "dtype refused: only bool, integer and "
+                                  "floating-point arrays are read (never objects or records)")
+    elements = math.prod(shape)
+    if elements > limits.max_elements:
+        raise TooLargeError(field, elements, limits.max_elements, "tensor elements")
+    if elements * dtype.itemsize > limits.max_bytes:
+        raise TooLargeError(field, elements * dtype.itemsize, limits.max_bytes, "tensor bytes")
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= 32 else text[:29] + "..."

@@ -1,0 +1,69 @@
+"""POST /v1/select and /v1/select/batch: which method ACL would choose, and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+
+from convsel.errors import InvalidProblemError
+from convsel.selection import POLICIES
+from convsel.targets import resolve_target
+
+from ..convert import run_select, selection_options, to_problem
+from ..errors import TooLargeError, describe_error, responses, validation_body
+from ..schemas import ProblemIn, SelectBatchRequest, SelectBatchResponse, SelectRequest
+from ..schemas import SelectResponse
+from ..state import ServiceState, StateDep
+
+router = APIRouter(prefix="/v1", tags=["selection"])
+
+
+@router.post("/select", response_model=SelectResponse, responses=responses(413, 422, 503))
+async def select_one(body: SelectRequest, state: StateDep) -> dict[str, Any]:
+    """The method and algorithm for one problem, with the trace, every candidate's verdict
+    and the rules' version/digest. Cheap (cached) and CPU-only, so it runs on the loop."""
+    options = selection_options(state, body.policy, body.backend, body.device)
+    return run_select(state, to_problem(body.problem), body.target, body.policy, options)
+
+
+@router.post("/select/batch", response_model=SelectBatchResponse,
+             responses=responses(413, 422, 503))
+async def select_batch(body: SelectBatchRequest, state: StateDep) -> dict[str, Any]:
+    """Many problems on one target, answered in order; a bad problem gives an ``error``
+    entry at its index. A bad target or policy fails the whole batch (422)."""
+    limit = state.settings.max_batch_size
+    if len(body.problems) > limit:
+        raise TooLargeError("problems", len(body.problems), limit, "batch size")
+    target = body.target or state.settings.default_target
+    resolve_target(target, state.loaded_rules())
+    if body.policy not in POLICIES:
+        raise InvalidProblemError("policy", body.policy,
+                                  f"unknown policy; known: {', '.join(POLICIES)}")
+    options = selection_options(state, body.policy, body.backend, body.device)
+    results = await run_in_threadpool(_answer_all, state, body, target, options)
+    failed = sum(1 for r in results if r["error"] is not None)
+    return {"results": results, "count": len(results), "failed": failed}
+
+
+def _answer_all(state: ServiceState, body: SelectBatchRequest, target: str,
+                options: dict[str, Any]) -> list[dict[str, Any]]:
+    return [_answer(state, i, item, target, body.policy, options)
+            for i, item in enumerate(body.problems)]
+
+
+def _answer(state: ServiceState, index: int, item: Any, target: str, policy: str,
+            options: dict[str, Any]) -> dict[str, Any]:
+    where = f"problems.{index}"
+    try:
+        problem = to_problem(ProblemIn.model_validate(item), where)
+        return {"index": index, "selection": run_select(state, problem, target, policy, options),
+                "error": None}
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", "problems", index, *e["loc"])}
+                  for e in exc.errors(include_input=False)]
+        return {"index": index, "selection": None, "error": validation_body(errors)}
+    except InvalidProblemError as exc:   # this item's fault; server faults fail the batch
+        return {"index": index, "selection": None, "error": describe_error(exc)[1]}

@@ -1,0 +1,79 @@
+"""What the app holds between requests, and the dependency that hands it to routes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+
+from convsel.acl.verdict import Verdict
+from convsel.rules import Rules
+
+from .config import Settings
+from .metrics import Metrics
+from .npy import TensorLimits
+from .pool import ConvPool
+
+ReadyCheck = Callable[[FastAPI], Mapping[str, Any]]
+
+
+@dataclass
+class ServiceState:
+    """Built by ``create_app``; ``rules``, ``backends`` and ``pool`` are filled by the lifespan.
+
+    ``ready_checks`` maps a component name to a function returning ``{"ok": bool, ...}``;
+    router modules contribute theirs (see ``service.app.ROUTERS``).
+    """
+
+    settings: Settings
+    metrics: Metrics
+    rules: Rules | None = None
+    rules_json: dict[str, Any] = field(default_factory=dict)
+    backends: dict[str, Verdict] = field(default_factory=dict)
+    describers: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    pool: ConvPool | None = None
+    ready_checks: dict[str, ReadyCheck] = field(default_factory=dict)
+
+    @property
+    def tensor_limits(self) -> TensorLimits:
+        return TensorLimits(self.settings.max_tensor_elements, self.settings.max_tensor_bytes)
+
+    def loaded_rules(self) -> Rules:
+        if self.rules is None:
+            raise RuntimeError("rules are not loaded: the app's lifespan has not run")
+        return self.rules
+
+    def readiness(self, app: FastAPI) -> dict[str, dict[str, Any]]:
+        """One entry per component; the service is ready when every entry is ``ok``."""
+        rules = self.rules
+        detail: dict[str, dict[str, Any]] = {
+            "rules": ({"ok": True, "version": rules.version, "digest": rules.digest,
+                       "source": rules.source} if rules else {"ok": False,
+                                                              "reason": "not loaded yet"}),
+            "backends": self._backends_detail(),
+        }
+        for name, check in self.ready_checks.items():
+            try:
+                detail[name] = dict(check(app))
+            except Exception as exc:  # noqa: BLE001 - a failing check reports, never crashes
+                detail[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        return detail
+
+    def _backends_detail(self) -> dict[str, Any]:
+        if not self.backends:
+            return {"ok": False, "reason": "not probed yet"}
+        default = self.settings.default_backend
+        probed = {name: {"available": v.ok, "reason": v.reason}
+                  for name, v in self.backends.items()}
+        ok = default in self.backends and self.backends[default].ok
+        return {"ok": ok, "default": default, "probed": probed}
+
+
+def get_state(request: Request) -> ServiceState:
+    state: ServiceState = request.app.state.convsel
+    return state
+
+
+StateDep = Annotated[ServiceState, Depends(get_state)]
