@@ -2,13 +2,13 @@
 how far each policy's pick is from the fastest.
 
 - :mod:`~convsel.tuning.db`: the SQLite tuning database (:class:`TuningDB`).
-- :mod:`~convsel.tuning.measure`: :func:`measure` times the candidates of one problem.
+- :mod:`~convsel.tuning.measure`: ``measure.measure()`` times the candidates of one problem.
 - :mod:`~convsel.tuning.policy`: ``select(..., policy="measured")`` answers from the database.
 - :mod:`~convsel.tuning.report`: per-layer regret of each policy against the fastest.
 """
 
 from .db import IMPLEMENTATIONS_VERSION, TuningDB, TuningEntry, default_path
-from .measure import Measurement, Settings, measure
+from .measure import Measurement, Settings
 from .policy import select_measured
 
 __all__ = [
@@ -18,6 +18,5 @@ __all__ = [
     "TuningDB",
     "TuningEntry",
     "default_path",
-    "measure",
     "select_measured",
 ]

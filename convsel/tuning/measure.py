@@ -229,7 +229,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         except _Skip as exc:
             skipped[cand.label] = str(exc)
             continue
-        except (ConvselError, ArithmeticError, MemoryError, RuntimeError, ValueError) as exc:
+        except (ConvselError, ArithmeticError, ImportError, MemoryError, RuntimeError,
+                ValueError) as exc:
             timings[cand.label] = {**info, "error": f"{type(exc).__name__}: {exc}"}
             continue
         timings[cand.label] = {**info, **stats}
