@@ -31,3 +31,16 @@ def device_identity(runtime: Any = None) -> dict[str, str]:
     return {"backend": "numpy", "vendor": platform.machine(),
             "name": platform.processor() or platform.machine(),
             "driver": f"numpy {np.__version__}, {blas}"}
+
+
+def describe() -> dict[str, Any]:
+    """JSON-ready state for the service's /v1/backends: availability, the one CPU "device",
+    the algorithms this backend implements, and how many threads its BLAS and FFT use."""
+    from .. import IMPLEMENTATIONS
+    from .common import WORKERS
+
+    ready = available()
+    return {"backend": "numpy", "available": ready.ok, "reason": ready.reason,
+            "devices": [device_identity()],
+            "algorithms": sorted(a for (a, b) in IMPLEMENTATIONS if b == "numpy"),
+            "counters": {"cpu_count": WORKERS, "fft_workers": WORKERS}}

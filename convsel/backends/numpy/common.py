@@ -1,0 +1,110 @@
+"""What the numpy algorithms share: dtype checks, padding, windows and output allocation.
+
+Every algorithm computes in float32 (F16 problems are converted on the way in and back by
+:func:`~convsel.backends.numpy.epilogue.finish`), writes into a buffer from
+:func:`new_output`, and reports the extra memory it allocates per run as its workspace.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ...acl.verdict import Verdict, failed, passed
+from ...errors import InvalidProblemError
+from ...problem import ConvProblem
+
+F32 = np.float32
+ITEM = 4   # bytes of a float32: all workspaces hold float32
+
+# Value a fresh output buffer is filled with; None leaves it uninitialised (np.empty).
+# The correctness tests set NaN so that an element an algorithm forgets to write fails.
+OUTPUT_FILL: float | None = None
+
+WORKERS = os.cpu_count() or 1
+
+
+def float_only(p: ConvProblem, algorithm: str) -> Verdict:
+    """The numpy backend runs F32 and F16 (float32 accumulation); quantized is selection-only."""
+    if not p.is_float:
+        return failed(f"numpy {algorithm} runs F32 and F16 only; {p.dtype} is selection-only "
+                      "in convsel (quantized arithmetic is not implemented)")
+    return passed(f"numpy {algorithm} runs {p.dtype} with float32 accumulation")
+
+
+def new_output(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 buffer the algorithm must write entirely (NaN-filled under test)."""
+    if OUTPUT_FILL is None:
+        return np.empty(shape, dtype=F32)
+    return np.full(shape, OUTPUT_FILL, dtype=F32)
+
+
+def as_f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=F32)
+
+
+def padded(x: np.ndarray, top: int, bottom: int, left: int, right: int) -> np.ndarray:
+    """``x`` (NHWC) with zero rows/columns added, as float32; no copy when there is no pad
+    and ``x`` is already float32."""
+    if not (top or bottom or left or right):
+        return as_f32(x)
+    n, h, w, c = x.shape
+    xp = np.zeros((n, h + top + bottom, w + left + right, c), dtype=F32)
+    xp[:, top:top + h, left:left + w] = x
+    return xp
+
+
+def padded_bytes(p: ConvProblem, extra_h: int = 0, extra_w: int = 0) -> int:
+    """Bytes of the padded float32 copy of the input (zero when no padding is needed and
+    the input is float32 already)."""
+    top, bottom, left, right = p.pad
+    if not (top or bottom or left or right or extra_h or extra_w) and p.dtype == "F32":
+        return 0
+    return p.n * (p.h + top + bottom + extra_h) * (p.w + left + right + extra_w) * p.c * ITEM
+
+
+def patches(p: ConvProblem, xp: np.ndarray) -> np.ndarray:
+    """The read-only view (N, OH, OW, KH, KW, C) of every output pixel's receptive field in
+    the padded input ``xp``: strides and dilation applied, nothing copied."""
+    ext_h, ext_w = p.kernel_extent
+    sy, sx = p.stride
+    dy, dx = p.dilation
+    win = sliding_window_view(xp, (ext_h, ext_w), axis=(1, 2))   # N, H', W', C, eh, ew
+    win = win[:, : (p.out_h - 1) * sy + 1 : sy, : (p.out_w - 1) * sx + 1 : sx, :, ::dy, ::dx]
+    return win.transpose(0, 1, 2, 4, 5, 3)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def nbytes(*shapes: tuple[int, ...], item: int = ITEM) -> int:
+    return sum(math.prod(s) * item for s in shapes)
+
+
+class Prepared:
+    """Base of every prepared numpy kernel: the problem, its bias and its workspace."""
+
+    def __init__(self, p: ConvProblem, bias: np.ndarray | None, workspace_bytes: int) -> None:
+        self.problem = p
+        self.bias = None if bias is None else as_f32(bias)
+        self.workspace_bytes = int(workspace_bytes)
+
+    def run(self, x: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.problem}, workspace={self.workspace_bytes} B)"
+
+
+def check_x(p: ConvProblem, x: Any) -> np.ndarray:
+    """The input as an NHWC array of this problem's shape (a kernel may be run directly)."""
+    shape = (p.n, p.h, p.w, p.c)
+    if not isinstance(x, np.ndarray) or x.shape != shape:
+        raise InvalidProblemError("x", getattr(x, "shape", type(x).__name__),
+                                  f"expected an NHWC array of shape {shape}")
+    return x

@@ -1,0 +1,112 @@
+"""Direct convolution: accumulate tap by tap into the output, with no im2col buffer.
+
+For each kernel tap (i, j), the input pixels it reads form a strided view of the unpadded
+input; the outputs whose tap falls inside the image get ``view @ w[i, j]`` added. Padding is
+never materialised: each tap just skips the output rows and columns that would read it. The
+output is processed in bands of rows so the one scratch buffer (a band's product) stays
+small and in cache; that buffer is the whole workspace.
+
+Depthwise convolution (one input channel per group) is an elementwise multiply-add per tap,
+which is what MobileNet's layers need; other grouped problems contract each group's channels
+with einsum.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...acl.verdict import Verdict
+from ...problem import ConvProblem
+from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
+from .epilogue import finish
+
+BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays in L2)
+
+
+def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+    return float_only(p, "direct")
+
+
+def _valid(out: int, stride: int, before: int, offset: int, size: int) -> tuple[int, int]:
+    """Output indices [lo, hi) whose input index ``o*stride - before + offset`` is inside
+    [0, size): the outputs this tap touches without reading padding."""
+    lo = max(0, -(-(before - offset) // stride))
+    hi = min(out, (size - 1 + before - offset) // stride + 1)
+    return lo, max(lo, hi)
+
+
+class Direct(Prepared):
+    """Tap-by-tap accumulation; ``workspace_bytes`` is one band's product buffer."""
+
+    def __init__(self, p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None) -> None:
+        g, cg, kg = p.groups, p.c // p.groups, p.k // p.groups
+        w = as_f32(w_ohwi)                                      # K, KH, KW, Cg
+        if g == 1:
+            self.taps = as_f32(w.transpose(1, 2, 3, 0))         # KH, KW, C, K
+        elif cg == 1:
+            self.taps = as_f32(w[..., 0].reshape(g, kg, p.kh, p.kw).transpose(2, 3, 0, 1))
+        else:
+            self.taps = as_f32(w.reshape(g, kg, p.kh, p.kw, cg).transpose(2, 3, 0, 4, 1))
+        self.band = max(1, BAND_ELEMENTS // (p.out_w * p.k))   # output rows per band
+        band_elements = min(self.band, p.out_h) * p.out_w * p.k
+        f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
+        super().__init__(p, bias, band_elements * ITEM + f16_copy)
+        sy, sx = p.stride
+        dy, dx = p.dilation
+        self.rows = [_valid(p.out_h, sy, p.pad[0], i * dy, p.h) for i in range(p.kh)]
+        self.cols = [_valid(p.out_w, sx, p.pad[2], j * dx, p.w) for j in range(p.kw)]
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        p = self.problem
+        x = as_f32(check_x(p, x))
+        y = new_output((p.n, p.out_h, p.out_w, p.k))
+        scratch = np.empty(min(self.band, p.out_h) * p.out_w * p.k, dtype=np.float32)
+        for n in range(p.n):
+            for top in range(0, p.out_h, self.band):
+                bottom = min(p.out_h, top + self.band)
+                acc = y[n, top:bottom]
+                acc.fill(0.0)
+                self._band(x[n], acc, top, bottom, scratch)
+        return finish(p, y, self.bias)
+
+    def _band(self, x: np.ndarray, acc: np.ndarray, top: int, bottom: int,
+              scratch: np.ndarray) -> None:
+        """Add every tap's contribution to output rows [top, bottom) of one image."""
+        p = self.problem
+        sy, sx = p.stride
+        dy, dx = p.dilation
+        for i, (lo, hi) in enumerate(self.rows):
+            r0, r1 = max(lo, top), min(hi, bottom)
+            if r0 >= r1:
+                continue
+            iy = r0 * sy - p.pad[0] + i * dy
+            for j, (c0, c1) in enumerate(self.cols):
+                if c0 >= c1:
+                    continue
+                ix = c0 * sx - p.pad[2] + j * dx
+                window = x[iy: iy + (r1 - r0 - 1) * sy + 1: sy,
+                           ix: ix + (c1 - c0 - 1) * sx + 1: sx]
+                product = scratch[: (r1 - r0) * (c1 - c0) * p.k].reshape(r1 - r0, c1 - c0, p.k)
+                self._tap(window, self.taps[i, j], product)
+                acc[r0 - top: r1 - top, c0:c1] += product
+
+    def _tap(self, window: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        """``out = window ⋆ w`` for one tap: a GEMM, a depthwise scale, or grouped einsum."""
+        p = self.problem
+        if p.groups == 1:
+            np.matmul(window, w, out=out)
+            return
+        rows, cols = window.shape[:2]
+        g = p.groups
+        if w.ndim == 2:   # depthwise: (G, Kg) multipliers per input channel
+            np.multiply(window[..., None], w, out=out.reshape(rows, cols, g, -1))
+        else:
+            np.einsum("rcgi,gik->rcgk", window.reshape(rows, cols, g, -1), w,
+                      out=out.reshape(rows, cols, g, -1))
+
+
+def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,
+            params: dict[str, Any], runtime: Any = None) -> Direct:
+    return Direct(p, w_ohwi, bias)

@@ -1,0 +1,51 @@
+"""1×1 convolution as one GEMM over channels: (N·H·W × C) @ (C × K).
+
+With unit stride the NHWC input already is the GEMM's left matrix, so nothing is copied;
+a strided 1×1 first subsamples the input (the only workspace), then runs the same GEMM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...acl.verdict import Verdict, failed
+from ...algorithms import supports as algorithm_supports
+from ...problem import ConvProblem
+from ...rules import default_rules
+from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
+from .epilogue import finish
+
+
+def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+    shape = algorithm_supports("gemm_1x1", p, default_rules())
+    if not shape.ok:   # prepare() checks this too, but a direct caller may not have
+        return failed(shape.reason)
+    return float_only(p, "gemm_1x1")
+
+
+class Gemm1x1(Prepared):
+    """``y = x[:, ::sy, ::sx] @ w.T``; no copy of ``x`` at unit stride (F32)."""
+
+    def __init__(self, p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None) -> None:
+        self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)          # C × K
+        strided = p.stride != (1, 1) or p.dilation != (1, 1)
+        copy = p.n * p.out_h * p.out_w * p.c * ITEM if strided or p.dtype == "F16" else 0
+        super().__init__(p, bias, copy)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        p = self.problem
+        x = check_x(p, x)
+        sy, sx = p.stride
+        if (sy, sx) != (1, 1):
+            x = x[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx]
+        rows = p.n * p.out_h * p.out_w
+        y = new_output((p.n, p.out_h, p.out_w, p.k))
+        np.matmul(as_f32(x).reshape(rows, p.c), self.w, out=y.reshape(rows, p.k))
+        return finish(p, y, self.bias)
+
+
+def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,
+            params: dict[str, Any], runtime: Any = None) -> Gemm1x1:
+    return Gemm1x1(p, w_ohwi, bias)
