@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-import convsel.cli.tune_cmd as tune_cmd
 import convsel.ops
-from convsel.cli import main
+from convsel.cli import main, tune_cmd
 from convsel.tuning.db import TuningDB
 
 FAST = ["--min-time", "0", "--repeats", "1", "--warmup", "0", "--no-progress"]

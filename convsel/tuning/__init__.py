@@ -7,7 +7,8 @@ how far each policy's pick is from the fastest.
 - :mod:`~convsel.tuning.report`: per-layer regret of each policy against the fastest.
 """
 
-from .db import IMPLEMENTATIONS_VERSION, TuningDB, TuningEntry, default_path
+from .db import TuningDB, default_path
+from .entry import IMPLEMENTATIONS_VERSION, TuningEntry
 from .measure import Measurement, Settings
 from .policy import select_measured
 

@@ -9,11 +9,13 @@ which the rules break when the policy answers (see :mod:`convsel.tuning.policy`)
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -70,12 +72,18 @@ class Measurement:
     skipped: Mapping[str, str]
     winner: str | None
     tie: tuple[str, ...]
+    untimed: tuple[str, ...] = ()    # left out when the time budget ran out
 
     @property
     def fastest(self) -> str | None:
         """The label with the smallest median (the winner, or the first of a tie)."""
         ok = timed(self.timings)
         return min(ok, key=lambda k: ok[k]["median_s"]) if ok else None
+
+    @property
+    def complete(self) -> bool:
+        """False when a time budget left candidates untimed."""
+        return not self.untimed
 
     @property
     def errors(self) -> dict[str, str]:
@@ -135,30 +143,42 @@ def candidates(problem: ConvProblem, backend: str,
 
 def time_runs(run: Callable[[], Any], settings: Settings,
               give_up_after: float = float("inf")) -> dict[str, Any]:
-    """Median and IQR of ``run()``'s wall time; stops early once the median of a few runs
-    exceeds ``give_up_after`` seconds (``pruned``)."""
-    for _ in range(settings.warmup):
-        run()
-    times: list[float] = []
+    """Median and IQR of ``run()``'s wall time. A candidate slower than ``give_up_after``
+    seconds stops early (``pruned``): after a warm-up run that slow, or a median of 3 runs."""
     was_enabled = gc.isenabled()
     gc.disable()  # a collection inside one run would be noise, as in timeit
     try:
-        start = time.perf_counter()
-        while len(times) < settings.max_runs:
+        for _ in range(settings.warmup):
             t0 = time.perf_counter()
             run()
-            times.append(time.perf_counter() - t0)
-            if len(times) >= settings.min_runs and time.perf_counter() - start >= \
-                    settings.min_time:
-                break
-            if len(times) >= 3 and float(np.median(times)) > give_up_after:
-                break
+            first = time.perf_counter() - t0
+            if first > 2 * give_up_after:   # hopeless: one run says enough
+                return _stats([first], pruned=True)
+        times = _repeat(run, settings, give_up_after)
     finally:
         if was_enabled:
             gc.enable()
+    return _stats(times, pruned=len(times) < min(settings.min_runs, settings.max_runs))
+
+
+def _repeat(run: Callable[[], Any], settings: Settings, give_up_after: float) -> list[float]:
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < settings.max_runs:
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= settings.min_runs and time.perf_counter() - start >= settings.min_time:
+            break
+        if len(times) >= 3 and float(np.median(times)) > give_up_after:
+            break
+    return times
+
+
+def _stats(times: list[float], *, pruned: bool) -> dict[str, Any]:
     q1, median, q3 = np.percentile(times, [25, 50, 75])
     return {"median_s": float(median), "iqr_s": float(q3 - q1), "min_s": float(min(times)),
-            "runs": len(times), "pruned": len(times) < settings.min_runs}
+            "runs": len(times), "pruned": pruned}
 
 
 def noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
@@ -182,7 +202,8 @@ def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[
 def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
             rules: Rules | None = None, settings: Settings = Settings(),
             on_candidate: Callable[[str], None] | None = None,
-            prepare: Callable[..., Any] | None = None) -> Measurement:
+            prepare: Callable[..., Any] | None = None,
+            budget_s: float | None = None) -> Measurement:
     """Time every candidate of ``problem`` on ``backend`` and decide the winner.
 
     Parameters
@@ -197,6 +218,9 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         Called with each label before it is timed (progress display).
     prepare : callable, optional
         :func:`convsel.ops.prepare` or a stand-in with its signature (tests).
+    budget_s : float, optional
+        Start no candidate after this many seconds; the ones not started are skipped with
+        that reason (checked between candidates: one running candidate is not cut short).
 
     Returns
     -------
@@ -218,14 +242,19 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     x, w, bias = _data(problem, settings.seed)
     timings: dict[str, dict[str, Any]] = {}
     best = float("inf")
+    started, untimed = time.perf_counter(), []
     for cand in found:
+        if budget_s is not None and time.perf_counter() - started > budget_s:
+            skipped[cand.label] = f"not timed: the {budget_s:g} s time budget was spent"
+            untimed.append(cand.label)
+            continue
         if on_candidate is not None:
             on_candidate(cand.label)
         info: dict[str, Any] = {"algorithm": cand.algorithm,
                                 "params": {k: list(v) for k, v in cand.params.items()}}
         try:
             op = _prepare(prepare, problem, w, bias, cand, backend, device, rules)
-            stats = time_runs(lambda: op.run(x), settings, PRUNE_FACTOR * best)
+            stats = time_runs(functools.partial(op.run, x), settings, PRUNE_FACTOR * best)
         except _Skip as exc:
             skipped[cand.label] = str(exc)
             continue
@@ -237,7 +266,7 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         best = min(best, stats["median_s"])
     winner, tie = decide(timings)
     return Measurement(problem, backend, device_identity(backend, device), timings, skipped,
-                       winner, tie)
+                       winner, tie, tuple(untimed))
 
 
 class _Skip(Exception):

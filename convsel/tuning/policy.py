@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..acl.verdict import TraceStep
 from ..errors import ConvselError, TuningDatabaseError
@@ -181,5 +182,5 @@ def _measurement(entry: TuningEntry, label: str, path: str) -> dict[str, Any]:
             timings[name] = {k: t[k] for k in ("error", "skipped") if k in t}
     return {"chosen": label, "winner": entry.winner, "tie": list(entry.tie),
             "backend": entry.backend, "device": dict(entry.device), "database": path,
-            "measured_at": datetime.fromtimestamp(entry.created, timezone.utc).isoformat(),
+            "measured_at": datetime.fromtimestamp(entry.created, UTC).isoformat(),
             "timings": timings}

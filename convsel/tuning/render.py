@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from .report import POLICIES, Report
 
@@ -12,9 +13,10 @@ _ALGORITHM_COLOURS = {"im2col_gemm": "tab:blue", "gemm_1x1": "tab:cyan",
                       "fft": "tab:purple", "direct": "tab:brown"}
 # ACL's pick circles the algorithm's dot; the measured pick is a red triangle just above it,
 # so both stay visible when they agree and the dot's colour still shows the algorithm.
-_PICK_STYLE = {"acl": dict(marker="o", s=190, facecolors="none", edgecolors="black",
-                           linewidths=1.6),
-               "measured": dict(marker="v", s=60, color="red")}
+_PICK_STYLE: dict[str, dict[str, Any]] = {
+    "acl": {"marker": "o", "s": 190, "facecolors": "none", "edgecolors": "black",
+            "linewidths": 1.6},
+    "measured": {"marker": "v", "s": 60, "color": "red"}}
 _PICK_OFFSET = {"acl": 0.0, "measured": -0.36}
 
 
@@ -29,12 +31,12 @@ def _x(value: float | None, missing: str = "fail") -> str:
 def table(report: Report, worst: int = 5) -> str:
     """The per-layer table, the summary per net and overall, and ACL's costliest layers."""
     dev = report.device
-    lines = [f"backend {report.backend} on {dev.get('name', '?')} ({dev.get('driver', '?')}), "
-             f"ACL target {report.target}; times are medians in ms, × is pick / fastest"]
+    lines = [(f"backend {report.backend} on {dev.get('name', '?')} ({dev.get('driver', '?')}), "
+              f"ACL target {report.target}; times are medians in ms, × is pick / fastest")]
     for net in report.nets:
         lines += ["", f"{net}",
-                  f"  {'layer':<34} {'fastest':<14} {'ms':>8}   {'acl pick':<14} {'×':>6}   "
-                  f"{'measured pick':<14} {'×':>6} {'from':<5}"]
+                  (f"  {'layer':<34} {'fastest':<14} {'ms':>8}   {'acl pick':<14} {'×':>6}   "
+                   f"{'measured pick':<14} {'×':>6} {'from':<5}")]
         for r in (r for r in report.layers if r.layer.net == net):
             acl, mea = r.picks["acl"], r.picks["measured"]
             source = "db" if mea.source == "tuning-db" else "rules"
@@ -42,8 +44,8 @@ def table(report: Report, worst: int = 5) -> str:
                          f"{r.oracle_time * 1e3:8.3f}   {acl.label:<14} {_x(acl.regret)}   "
                          f"{mea.label:<14} {_x(mea.regret)} {source:<5}")
     lines += ["", "geometric-mean regret (1.00 = always the fastest)",
-              f"  {'set':<14} {'policy':<9} {'layers':>6} {'regret':>7} {'tuned':>6} "
-              f"{'regret(tuned)':>13} {'picks fastest':>14}"]
+              (f"  {'set':<14} {'policy':<9} {'layers':>6} {'regret':>7} {'tuned':>6} "
+               f"{'regret(tuned)':>13} {'picks fastest':>14}")]
     for name, summary in [*((n, report.summary(n)) for n in report.nets),
                           ("all", report.summary())]:
         for policy in POLICIES:

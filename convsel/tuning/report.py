@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..errors import ConvselError
 from ..rules import Rules
@@ -129,7 +130,7 @@ def geomean(values: Iterable[float | None]) -> float | None:
 
 def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = None,
                  db: TuningDB | None = None, target: str = "cpu", rules: Rules | None = None,
-                 settings: Settings = Settings(),
+                 settings: Settings | None = None,
                  on_progress: Callable[[Layer, str], None] | None = None) -> Report:
     """Time ``layers`` on ``backend`` and judge each policy's pick against the fastest.
 
@@ -152,6 +153,7 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
     Report
         Layers that cannot be timed are listed in ``left_out`` with why.
     """
+    settings = settings or Settings()
     report: Report | None = None
     results, left_out = [], []
     for layer in layers:
