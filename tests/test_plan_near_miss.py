@@ -31,9 +31,9 @@ def test_exact_row_fires_without_a_near_miss():
 
 
 @pytest.mark.parametrize("change, field, mine, theirs", [
-    (dict(c=17), "channels (c, k)", "17x64", "16x64"),
-    (dict(pad=(1, 1, 1, 0)), "pad", "1x1x1x0", "1x1x1x1"),
-    (dict(stride=(1, 2)), "stride", "1x2", "1x1"),
+    ({"c": 17}, "channels (c, k)", "17x64", "16x64"),
+    ({"pad": (1, 1, 1, 0)}, "pad", "1x1x1x0", "1x1x1x1"),
+    ({"stride": (1, 2)}, "stride", "1x2", "1x1"),
 ])
 def test_each_field_is_named(change, field, mine, theirs):
     step = _step(SQUEEZENET_55.replace(h=56, w=56, **change), "cpu",
@@ -44,7 +44,7 @@ def test_each_field_is_named(change, field, mine, theirs):
         "row_value": theirs}]
 
 
-@pytest.mark.parametrize("change", [dict(h=40, w=40), dict(h=55, w=55, c=17), dict(k=128)])
+@pytest.mark.parametrize("change", [{"h": 40, "w": 40}, {"h": 55, "w": 55, "c": 17}, {"k": 128}])
 def test_far_or_two_field_misses_are_not_reported(change):
     step = _step(SQUEEZENET_55.replace(**{"h": 56, "w": 56, **change}), "cpu",
                  "cpu.f16_winograd_blacklist")

@@ -47,22 +47,23 @@ def render(d: dict[str, Any], verbose: bool = False) -> str:
     """The plan as a table: one row per Conv, then notes and the summary."""
     m = d["model"]
     inputs = ", ".join(f"{k} {v}" for k, v in m["inputs"].items())
-    lines = [f"model    {m['graph'] or '?'} ({m['producer'] or 'unknown producer'}), opset "
-             f"{m['opset']}, inputs: {inputs}",
+    header = (f"{'node':<24} {'input NCHW -> K':<22} {'kernel':<20} {'method':<12} "
+              f"{'algorithm':<14} {'rule':<{RULE_WIDTH}} {'activation':<22} time")
+    lines = [(f"model    {m['graph'] or '?'} ({m['producer'] or 'unknown producer'}), opset "
+              f"{m['opset']}, inputs: {inputs}"),
              f"target   {d['target']}   policy {d['policy']}   rules {d['rules']['version']}",
-             "", f"{'node':<24} {'input NCHW -> K':<22} {'kernel':<20} {'method':<12} "
-                 f"{'algorithm':<14} {'rule':<{RULE_WIDTH}} {'activation':<18} time"]
+             "", header]
     for n in d["nodes"]:
         p = n["problem"]
         lines.append(f"{_cut(n['name'], 24):<24} {_io(p):<22} {_kernel(p):<20} "
                      f"{n['method']:<12} {n['algorithm'] + _tile(n):<14} "
-                     f"{_cut(n['rule'], RULE_WIDTH):<{RULE_WIDTH}} {n['activation'] or '-':<18} "
+                     f"{_cut(n['rule'], RULE_WIDTH):<{RULE_WIDTH}} {n['activation'] or '-':<22} "
                      f"{_time(n['time'])}")
         if verbose:
             lines.append(f"{'':<24} {n['reason']}")
     lines += _notes(d)
     lines.append("")
-    lines.append(_summary(d["summary"]))
+    lines.append(_summary(d["summary"], d["policy"]))
     return "\n".join(lines)
 
 
@@ -117,13 +118,14 @@ def _notes(d: dict[str, Any]) -> list[str]:
     return [""] + lines if lines else []
 
 
-def _summary(s: dict[str, Any]) -> str:
+def _summary(s: dict[str, Any], policy: str) -> str:
     methods = ", ".join(f"{k} {v}" for k, v in s["methods"].items())
     bad = ", ".join(f"{u['node']} ({u['method']}: {u['reason']})" for u in s["unrunnable"])
     text = (f"summary  {s['convolutions']} convolutions: {methods}; "
             f"{s['fused_activations']} fused activations; {s['gflops']:.3g} GFLOP; "
             f"{len(s['near_misses'])} with near misses")
-    if s["measured"]:
-        text += f"; measured {s['measured']} ({s['measured_ms']:.3g} ms)"
+    if policy == "measured":
+        text += (f"\n         measured {s['measured']} of {s['convolutions']} nodes "
+                 f"({s['measured_ms']:.3g} ms in all); the others answered from ACL's rules")
     text += "\n         no backend runs: " + (bad or "none (every method has an implementation)")
     return text

@@ -12,8 +12,9 @@ ACL form and is not fused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..activation import Activation
 from .mapping import attributes

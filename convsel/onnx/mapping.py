@@ -7,7 +7,8 @@ put the odd padding pixel at the end / the beginning, as the ONNX operator spec 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import InvalidProblemError
 from ..problem import ConvProblem

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, Union
+from typing import Any
 
 from ..errors import InvalidProblemError
 from .errors import PlanError
 from .reader import DEFAULT_DOMAINS, require_onnx
 
-Dim = Union[int, str, None]          # a size, a symbolic name, or unknown
+Dim = int | str | None               # a size, a symbolic name, or unknown
 _SHAPE_ARG = re.compile(r"^\s*([^=\s][^=]*?)\s*=\s*([0-9][0-9,x\s]*)$")
 
 
@@ -71,7 +72,7 @@ def infer(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False,
                                                      strict_mode=False, data_prop=True)
-    except Exception as exc:  # onnx raises C++-bound errors of several types here
+    except (onnx.shape_inference.InferenceError, RuntimeError, ValueError, TypeError) as exc:
         raise PlanError(f"onnx shape inference failed: {exc}") from None
     return tensor_table(inferred.graph)
 

@@ -1,0 +1,113 @@
+"""POST /v1/plan: multipart upload, size limit, 422 for models that cannot be planned."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("fastapi")
+app_module = pytest.importorskip("service.app")
+
+from fastapi.testclient import TestClient
+from onnx_models import Chain, activation_chain, squeezenet_fire2_f16
+
+from service.config import Settings
+
+
+def client_for(**settings):
+    return TestClient(app_module.create_app(Settings(**settings)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    with client_for() as c:
+        yield c
+
+
+def upload(client, model, **form):
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return client.post("/v1/plan", files={"model": ("model.onnx", data,
+                                                    "application/octet-stream")}, data=form)
+
+
+def test_route_is_mounted():
+    assert "service.routes.plan" in app_module.ROUTERS
+
+
+def test_plan_of_an_uploaded_model(client):
+    r = upload(client, squeezenet_fire2_f16(), target="cpu", fast_math="true")
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    node = doc["nodes"][0]
+    assert node["name"] == "features.3.expand3x3" and node["method"] == "WINOGRAD"
+    assert node["activation"] == "relu" and node["problem"]["dtype"] == "F16"
+    assert node["near_misses"][0]["row"] == "squeezenet1_1-fire2_3-expand3x3"
+    assert doc["summary"]["methods"] == {"WINOGRAD": 1} and doc["target"] == "cpu"
+
+
+def test_target_defaults_to_the_services(client):
+    doc = upload(client, activation_chain()).json()
+    assert doc["target"] == "cpu" and doc["summary"]["fused_activations"] == 4
+
+
+@pytest.mark.parametrize("body, field, words", [
+    (b"\x00\x01garbage", "model", "not an ONNX model"),
+    (Chain((1, 8, 8, 8)).relu().model(), "model", "no 2-D Conv node"),
+    (Chain(("batch", 8, 8, 8)).conv(8, 3, name="c", pads=[1] * 4).model(), "node",
+     "node 'c': the shape of input 'input' is (batch, 8, 8, 8)"),
+    (Chain((1, 8, 8, 8)).conv(8, 3, name="c").model(opset=3), "model",
+     "unsupported ai.onnx opset 3"),
+])
+def test_models_that_cannot_be_planned_are_422(client, body, field, words):
+    r = upload(client, body)
+    assert r.status_code == 422, r.text
+    err = r.json()
+    assert err["code"] == "invalid_problem" and err["field"] == field
+    assert words in err["message"]
+
+
+def test_input_shape_form_fields(client):
+    model = Chain(("batch", 8, 8, 8)).conv(8, 3, name="c", pads=[1] * 4).model()
+    r = upload(client, model, input_shape=["input=2,8,8,8"])
+    assert r.status_code == 200 and r.json()["nodes"][0]["problem"]["n"] == 2
+    r = upload(client, model, input_shape=["input=2;8"])
+    assert r.status_code == 422 and r.json()["field"] == "input_shape"
+
+
+def test_bad_target_and_missing_file(client):
+    r = upload(client, activation_chain(), target="G999")
+    assert r.status_code == 422 and r.json()["code"] == "unknown_target"
+    r = client.post("/v1/plan", data={"target": "cpu"})
+    assert r.status_code == 422 and r.json()["code"] == "validation_error"
+    r = upload(client, b"")
+    assert r.status_code == 422 and "empty" in r.json()["message"]
+
+
+class ModelLimitSettings(Settings):
+    max_model_bytes: int = 1000     # the route reads this field when the settings define it
+
+
+def test_size_limits():
+    model = activation_chain().SerializeToString()
+    assert len(model) > 1000
+    with TestClient(app_module.create_app(ModelLimitSettings())) as limited:
+        r = upload(limited, model)
+    assert r.status_code == 413, r.text
+    assert r.json()["code"] == "too_large" and r.json()["field"] == "model"
+    with client_for(max_body_bytes=len(model) // 2) as small:   # the whole body's limit
+        assert upload(small, model).status_code == 413
+
+
+def test_measured_policy_uses_the_configured_database(tmp_path):
+    pytest.importorskip("convsel.tuning.policy")
+    with client_for(tuning_db=tmp_path / "t.sqlite") as c:
+        r = upload(c, activation_chain(), policy="measured")
+    doc = r.json()
+    assert r.status_code == 200 and doc["policy"] == "measured"
+    assert doc["summary"]["measured"] == 0
+    assert str(tmp_path / "t.sqlite") in doc["nodes"][0]["trace"][-1]["reason"]
+
+
+def test_readiness_and_openapi(client):
+    assert client.get("/readyz").json()["detail"]["plan"]["available"] is True
+    assert "/v1/plan" in client.get("/openapi.json").json()["paths"]
