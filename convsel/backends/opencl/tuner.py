@@ -22,11 +22,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+import pyopencl as cl
+
 from ...errors import InvalidProblemError
 
 if TYPE_CHECKING:
-    import pyopencl as cl
-
     from .runtime import Runtime
 
 MODES = ("exhaustive", "normal", "rapid")
@@ -42,13 +42,13 @@ class TuningFileWarning(UserWarning):
     """A tuning file that cannot be read; it is ignored (and replaced on the next save)."""
 
 
-def parse_mode(value: str | None) -> str | None:
+def parse_mode(value: str | None, field: str = "tuner mode") -> str | None:
     """A mode from its name, case-insensitive; None or "" or "off" means no tuning."""
     if value is None or value.strip().lower() in ("", "off", "none"):
         return None
     mode = value.strip().lower()
     if mode not in MODES:
-        raise InvalidProblemError("tuner mode", value, f"expected one of {', '.join(MODES)}")
+        raise InvalidProblemError(field, value, f"expected one of {', '.join(MODES)}")
     return mode
 
 
@@ -222,7 +222,10 @@ class CLTuner:
         best, best_ns = NO_LWS, _time(runtime, kernel, gws, None)
         limit = runtime.kernel_max_work_group(kernel)
         for lws in candidates(self.mode, gws, limit, runtime.max_work_items):
-            ns = _time(runtime, kernel, gws, lws)
+            try:
+                ns = _time(runtime, kernel, gws, lws)
+            except cl.Error:     # a size the driver refuses (resources): not a candidate
+                continue
             if ns < best_ns:
                 best, best_ns = lws, ns
         return best
@@ -248,7 +251,7 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def tuner_from_env() -> CLTuner:
-    mode = parse_mode(os.environ.get(MODE_ENV))
+    mode = parse_mode(os.environ.get(MODE_ENV), MODE_ENV)
     path = os.environ.get(FILE_ENV) or None
     if mode is not None and path is None:
         path = str(default_file())

@@ -1,0 +1,90 @@
+"""The fallback chain: no OpenCL, a failed build, a method the device cannot run -> numpy,
+with a FallbackWarning and ``.fallback`` saying why; never silently."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+
+from convsel import ops
+from convsel.acl.verdict import failed
+from convsel.errors import FallbackWarning, KernelBuildError
+from convsel.problem import ConvProblem
+from opencl_support import assert_matches_reference, data, opencl_runtime
+
+pytest.importorskip("pyopencl")
+
+from convsel.backends import IMPLEMENTATIONS  # noqa: E402
+from convsel.backends import opencl  # noqa: E402
+from convsel.backends.opencl import direct, program  # noqa: E402
+
+pytestmark = pytest.mark.opencl
+
+P = ConvProblem(1, 6, 6, 4, 5, 3, 3, pad=1, activation="leaky_relu(0.1)")
+
+
+def _prepare(algorithm: str = "direct", problem: ConvProblem = P):
+    x, w, b = data(problem)
+    with pytest.warns(FallbackWarning) as record:
+        op = ops.prepare(problem, w, b, algorithm=algorithm, backend="opencl")
+    assert op.backend == "numpy" and op.fallback
+    assert str(record[0].message) == op.fallback
+    assert_matches_reference(problem, x, w, b, op.run(x))
+    return op
+
+
+def test_no_fft_on_opencl_falls_back_to_numpy():
+    assert ("fft", "opencl") not in IMPLEMENTATIONS
+    if importlib.util.find_spec("convsel.backends.numpy.fft") is None:
+        pytest.skip("the numpy fft module has not landed yet")
+    op = _prepare("fft")
+    assert "no fft implementation" in op.fallback and op.algorithm == "fft"
+
+
+def test_missing_opencl_falls_back(monkeypatch):
+    monkeypatch.setattr(opencl, "available", lambda: failed("pyopencl cannot be imported: x"))
+    op = _prepare()
+    assert "pyopencl cannot be imported" in op.fallback
+
+
+def test_build_failure_falls_back_with_the_log(monkeypatch):
+    opencl_runtime()
+    broken = "__kernel void direct_conv(__global float* x) { x[0] = not_declared; }"
+    monkeypatch.setattr(direct.prog, "program_source", lambda name, preamble="": broken)
+    op = _prepare()
+    assert "failed to prepare direct" in op.fallback and "not_declared" in op.fallback
+
+
+def test_buffer_beyond_the_device_falls_back(monkeypatch):
+    rt = opencl_runtime()
+    monkeypatch.setattr(rt, "max_alloc", 64)
+    op = _prepare("im2col_gemm")
+    assert "CL_DEVICE_MAX_MEM_ALLOC_SIZE" in op.fallback
+
+
+def test_opencl_runs_when_it_can():
+    opencl_runtime()
+    x, w, b = data(P)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        op = ops.prepare(P, w, b, algorithm="direct", backend="opencl")
+    assert op.backend == "opencl" and op.fallback is None
+    assert_matches_reference(P, x, w, b, op.run(x))
+
+
+def test_native_half_needs_cl_khr_fp16():
+    """Forcing native half arithmetic on a device without the extension fails to build,
+    with the compiler's log; that is why native half is only chosen with cl_khr_fp16."""
+    rt = opencl_runtime()
+    if rt.fp16:
+        pytest.skip("this device has cl_khr_fp16: the native path is tested in test_opencl_f16")
+    p = P.replace(dtype="F16")
+    options = tuple(program.dtype_options(p, rt, half="native") + ["-DTK=1", "-DTW=1"]
+                    + program.activation_options(p) + program.geometry_options(p))
+    with pytest.raises(KernelBuildError) as info:
+        rt.program(program.program_source("direct"), options)
+    assert "half" in info.value.log
+    assert np.all([o != "-DHALF_NATIVE" for o in program.dtype_options(p, rt)])
