@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("convsel.cli.tune_cmd", "time every algorithm per layer; record the winners"),
     "db": ("convsel.cli.db_cmd", "the tuning database: path, list, export, import"),
     "report": ("convsel.cli.report_cmd", "each policy's pick against the fastest, per layer"),
+    "devices": ("convsel.cli.devices_cmd", "OpenCL platforms and devices with their limits"),
+    "tune-cl": ("convsel.cli.tune_cl_cmd", "tune OpenCL local work sizes; write the tuning file"),
 }
 
 

@@ -29,6 +29,7 @@ ACTIVATION_IDS: dict[str, int] = {
 assert set(ACTIVATION_IDS) == set(KINDS), "every activation kind needs a kernel id"
 
 HALF_ENV = "CONVSEL_CL_HALF"     # "auto" (default) or "storage": never native half arithmetic
+_EPILOGUE_OPTIONS = ("-DACT", "-DHAS_BIAS")
 
 
 @lru_cache(maxsize=None)
@@ -80,8 +81,10 @@ def geometry_options(p: ConvProblem) -> list[str]:
 
 
 def config_id(kernel: str, p: ConvProblem, options: list[str], extents: list[int]) -> str:
-    """The tuner's configuration id, as ACL's: kernel name, dtype, the options that shaped
-    the build and the extents passed as arguments, joined by "_"."""
-    opts = [o[2:].replace("=", "") for o in options if o.startswith("-D")]
+    """The tuner's configuration id, as ACL's: kernel name, dtype, the options that shape
+    the work (not the bias or activation of the epilogue, as in ACL) and the extents passed
+    as arguments, joined by "_"."""
+    opts = [o[2:].replace("=", "") for o in options
+            if o.startswith("-D") and not o.startswith(_EPILOGUE_OPTIONS)]
     text = "_".join([kernel, p.dtype, *opts, *(str(e) for e in extents)])
     return "".join(ch if ch.isalnum() or ch in "_.-+" else "-" for ch in text)
