@@ -172,3 +172,21 @@ def test_external_data_is_never_read(monkeypatch, tmp_path):
     node = plan(path, "cpu").nodes[0]
     assert (node.problem.k, node.problem.kh) == (8, 3)
     assert node.problem.activation is None and "not a constant" in node.fusion_note
+
+
+@pytest.mark.parametrize("attr, value, words", [
+    ("strides", [1.5, 1.0], "strides must hold integers, got 1.5"),
+    ("group", 2.5, "group must hold integers"),
+    ("kernel_shape", [3.0, 3.0], "kernel_shape must hold integers"),
+    ("pads", [1, 1, 1], "pads [1, 1, 1] must have 4 values"),
+    ("auto_pad", "FOO", "auto_pad 'FOO' is not one of"),
+    ("strides", "ab", "node 'c': "),
+])
+def test_attributes_of_the_wrong_kind(attr, value, words):
+    model = Chain((1, 8, 16, 16)).conv(8, 3, name="c").model()
+    node = model.graph.node[0]
+    for old in [a for a in node.attribute if a.name == attr]:
+        node.attribute.remove(old)
+    node.attribute.append(helper.make_attribute(attr, value))
+    with pytest.raises(PlanError, match=words.replace("[", r"\[")):
+        plan(model, "cpu")

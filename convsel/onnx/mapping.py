@@ -63,7 +63,7 @@ def conv_problem(node: Any, name: str, tensors: Mapping[str, TensorInfo],
         raise Skip(f"element type {_type_name(elem)}: convsel plans float32 and float16 "
                    "convolutions")
     kh, kw, k = _kernel(node, name, attrs, wt, tensors)
-    groups = int(attrs.get("group", 1))
+    groups = _integer(attrs.get("group", 1), name, "group")
     if wt.dims is not None and isinstance(wt.dims[1], int) and wt.dims[1] * groups != c:
         raise PlanError(f"weights {node.input[1]!r} have {wt.dims[1]} input channels per "
                         f"group; with group={groups} the input needs {wt.dims[1] * groups} "
@@ -129,7 +129,9 @@ def _kernel(node: Any, name: str, attrs: Mapping[str, Any], wt: TensorInfo,
         out = tensors.get(node.output[0])
         k = out.dims[1] if out is not None and out.dims is not None else None
     kernel = attrs.get("kernel_shape")
-    if kernel is None and wt.dims is not None and len(wt.dims) == 4:
+    if kernel is not None:
+        kernel = [_integer(v, name, "kernel_shape") for v in kernel]
+    elif wt.dims is not None and len(wt.dims) == 4:
         kernel = wt.dims[2:]
     if not isinstance(k, int) or kernel is None or not all(isinstance(v, int) for v in kernel):
         raise UnknownShapeError(f"the weights {node.input[1]!r} have shape {wt.describe()} and "
@@ -146,10 +148,16 @@ def _kernel(node: Any, name: str, attrs: Mapping[str, Any], wt: TensorInfo,
 def _pair(value: Any, name: str, attr: str) -> tuple[int, int]:
     if value is None:
         return (1, 1)
-    if len(value) != 2:
-        raise PlanError(f"{attr} {list(value)} must have 2 values (y, x) for a 2-D Conv",
+    if not isinstance(value, list) or len(value) != 2:
+        raise PlanError(f"{attr} {value!r} must be 2 integers (y, x) for a 2-D Conv",
                         node=name)
-    return (int(value[0]), int(value[1]))
+    return (_integer(value[0], name, attr), _integer(value[1], name, attr))
+
+
+def _integer(value: Any, name: str, attr: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError(f"{attr} must hold integers, got {value!r}", node=name)
+    return value
 
 
 def _type_name(elem: int) -> str:
