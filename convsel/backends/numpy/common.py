@@ -49,7 +49,11 @@ def as_f32(a: np.ndarray) -> np.ndarray:
 
 def padded(x: np.ndarray, top: int, bottom: int, left: int, right: int) -> np.ndarray:
     """``x`` (NHWC) with zero rows/columns added, as float32; no copy when there is no pad
-    and ``x`` is already float32."""
+    and ``x`` is already float32. A negative ``bottom``/``right`` drops rows/columns that
+    no output reads."""
+    if bottom < 0 or right < 0:
+        x = x[:, : x.shape[1] + min(bottom, 0), : x.shape[2] + min(right, 0)]
+        bottom, right = max(bottom, 0), max(right, 0)
     if not (top or bottom or left or right):
         return as_f32(x)
     n, h, w, c = x.shape

@@ -42,6 +42,9 @@ def _plan(p: ConvProblem) -> tuple[tuple[int, int], tuple[int, int], tuple[int, 
 
 
 def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+    dtype = float_only(p, "fft")
+    if not dtype.ok:
+        return dtype
     if p.groups != 1:
         return failed(f"numpy fft does not run grouped convolution (groups={p.groups})")
     (fy, fx), _, _ = _plan(p)
@@ -50,7 +53,7 @@ def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
         return failed(f"numpy fft: the filter spectrum would take {spectrum / 2**20:.0f} MiB "
                       f"(C={p.c}, K={p.k}, blocks {fy}x{fx}), over the "
                       f"{MAX_SPECTRUM_BYTES >> 20} MiB limit")
-    return float_only(p, "fft")
+    return dtype
 
 
 class Fft(Prepared):

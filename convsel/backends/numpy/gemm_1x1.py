@@ -19,10 +19,13 @@ from .epilogue import finish
 
 
 def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+    dtype = float_only(p, "gemm_1x1")
+    if not dtype.ok:
+        return dtype
     shape = algorithm_supports("gemm_1x1", p, default_rules())
     if not shape.ok:   # prepare() checks this too, but a direct caller may not have
         return failed(shape.reason)
-    return float_only(p, "gemm_1x1")
+    return dtype
 
 
 class Gemm1x1(Prepared):

@@ -25,10 +25,13 @@ MIN_BLOCK_ROWS = 256       # fewer rows than this and BLAS efficiency drops
 
 
 def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+    dtype = float_only(p, "indirect_gemm")
+    if not dtype.ok:
+        return dtype
     if p.groups != 1:
         return failed(f"numpy indirect_gemm does not run grouped convolution "
                       f"(groups={p.groups}); use direct or im2col_gemm")
-    return float_only(p, "indirect_gemm")
+    return dtype
 
 
 def indirection_buffer(p: ConvProblem) -> np.ndarray:

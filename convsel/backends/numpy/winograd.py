@@ -31,10 +31,13 @@ from .epilogue import finish
 
 
 def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+    dtype = float_only(p, "winograd")
+    if not dtype.ok:
+        return dtype
     shape = algorithm_supports("winograd", p, default_rules())
     if not shape.ok:
         return failed(shape.reason)
-    return float_only(p, "winograd")
+    return dtype
 
 
 class Winograd(Prepared):
