@@ -106,7 +106,10 @@ def test_intermediate_unknown_after_custom_op():
 
 @pytest.mark.parametrize("shapes, field", [({"nope": (1, 8, 16, 16)}, "input_shapes"),
                                            ({"input": (1, 0, 16, 16)}, "input_shapes['input']"),
-                                           ({"input": "1,8,16,16"}, "input_shapes['input']")])
+                                           ({"input": "1,8,16,16"}, "input_shapes['input']"),
+                                           ({"input": (1, 8, 16)}, "input_shapes['input']"),
+                                           ({"input": (10**30, 8, 16, 16)},
+                                            "input_shapes['input']")])
 def test_bad_input_shapes(shapes, field):
     with pytest.raises(InvalidProblemError) as info:
         plan(simple().model(), "cpu", input_shapes=shapes)
@@ -138,6 +141,8 @@ def test_unknown_target_and_policy():
         plan(simple().model(), "G999")
     with pytest.raises(InvalidProblemError, match="unknown policy"):
         plan(simple().model(), "cpu", "fastest")
+    with pytest.raises(InvalidProblemError, match="layout='CHWN'"):
+        plan(simple().model(), "cpu", layout="CHWN")
 
 
 def test_measured_policy_without_the_tuning_layer(monkeypatch):

@@ -9,7 +9,7 @@ from typing import Any
 from .._version import __version__
 from ..acl.tables import parse_near_misses
 from ..errors import ConvselError, InvalidProblemError, UnsupportedError
-from ..problem import ConvProblem
+from ..problem import LAYOUTS, ConvProblem
 from ..rules import Rules, default_rules, load_rules
 from ..selection import POLICIES, Selection, select
 from ..targets import Target, resolve_target
@@ -144,6 +144,8 @@ def plan(model: ModelSource, target: str | Target = "cpu", policy: str = "acl", 
     loaded = rules if isinstance(rules, Rules) else (
         default_rules() if rules is None else load_rules(rules))
     resolved = resolve_target(target, loaded)
+    if str(layout).upper() not in LAYOUTS:
+        raise InvalidProblemError("layout", layout, f"known: {', '.join(LAYOUTS)}")
     if policy not in POLICIES:
         raise InvalidProblemError("policy", policy, f"unknown policy; known: "
                                   f"{', '.join(POLICIES)}")

@@ -18,6 +18,7 @@ from .errors import PlanError
 from .reader import DEFAULT_DOMAINS, require_onnx
 
 Dim = int | str | None               # a size, a symbolic name, or unknown
+_MAX_DIM = 1 << 63                   # ONNX dims are int64
 _SHAPE_ARG = re.compile(r"^\s*([^=\s][^=]*?)\s*=\s*([0-9][0-9,x\s]*)$")
 
 
@@ -118,11 +119,15 @@ def _override(onnx: Any, graph: Any, name: str, shape: Sequence[int]) -> None:
         dims = [operator.index(d) for d in shape]
     except TypeError:
         dims = []
-    if not dims or min(dims) < 1:
+    if not dims or min(dims) < 1 or max(dims) >= _MAX_DIM:
         raise InvalidProblemError(f"input_shapes[{name!r}]", shape,
-                                  "expected a sequence of integers >= 1")
+                                  f"expected a sequence of integers from 1 to {_MAX_DIM - 1}")
     for value in graph.input:
         if value.name == name:
+            declared = value.type.tensor_type
+            if declared.HasField("shape") and len(declared.shape.dim) != len(dims):
+                raise InvalidProblemError(f"input_shapes[{name!r}]", shape, f"the input has "
+                                          f"rank {len(declared.shape.dim)}, not {len(dims)}")
             _set_dims(value, dims)
             return
     produced = {out for node in graph.node for out in node.output}
