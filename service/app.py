@@ -45,6 +45,7 @@ ROUTERS: tuple[str, ...] = (
     "service.routes.meta",     # /healthz /readyz /metrics /v1/targets|methods|backends|rules
     "service.routes.select",   # POST /v1/select, /v1/select/batch
     "service.routes.conv",     # POST /v1/conv2d
+    "service.routes.plan",     # POST /v1/plan (ONNX model upload)
 )
 
 DESCRIPTION = ("ACL's conv2d algorithm selection, explained, and convolutions run remotely. "
