@@ -5,6 +5,7 @@ from .activation import Activation
 from .errors import (
     BackendUnavailableError,
     ConvselError,
+    FallbackWarning,
     InvalidProblemError,
     KernelBuildError,
     RuleFileError,
@@ -12,6 +13,7 @@ from .errors import (
     UnknownTargetError,
     UnsupportedError,
 )
+from .ops import PreparedConv, conv2d, prepare
 from .problem import ConvProblem
 from .rules import Rules, load_rules
 from .selection import Candidate, Selection, select
@@ -23,8 +25,10 @@ __all__ = [
     "Candidate",
     "ConvProblem",
     "ConvselError",
+    "FallbackWarning",
     "InvalidProblemError",
     "KernelBuildError",
+    "PreparedConv",
     "RuleFileError",
     "Rules",
     "Selection",
@@ -33,7 +37,19 @@ __all__ = [
     "UnknownTargetError",
     "UnsupportedError",
     "__version__",
+    "conv2d",
     "load_rules",
+    "plan",
+    "prepare",
     "resolve_target",
     "select",
 ]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attribute
+    # plan() needs onnx (an optional extra) and is imported on first use only.
+    if name == "plan":
+        from .onnx import plan
+
+        return plan
+    raise AttributeError(f"module 'convsel' has no attribute {name!r}")
