@@ -11,6 +11,7 @@ from convsel import ConvProblem, UnsupportedError, select
 from convsel.tuning import measure as measure_mod
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import Settings, candidates, decide, device_identity, measure
+from convsel.tuning.timing import Race
 
 P3 = ConvProblem(1, 16, 16, 32, 32, 3, 3, pad=1)   # ACL (cpu): WINOGRAD 4x4
 P1 = ConvProblem(1, 8, 8, 32, 16, 1, 1)           # ACL (cpu): GEMM -> gemm_1x1
@@ -58,6 +59,14 @@ def test_candidates_one_per_winograd_tile_and_skips_with_reasons():
     assert "grouped" in why["winograd"]
 
 
+def test_dominated_and_excluded_algorithms_are_skipped_with_the_reason():
+    found, skipped = candidates(P1, "numpy", exclude=("direct",))
+    labels = {c.label for c in found}
+    assert "fft" not in labels and "cannot win" in skipped["fft"]      # FFT of a 1x1 kernel
+    assert "direct" not in labels and "excluded" in skipped["direct"]
+    assert "fft" in {c.label for c in candidates(P3, "numpy")[0]}   # 3x3: FFT is timed
+
+
 # -- measure with stand-in kernels --------------------------------------------------------------
 def fake_prepare(fail: str = "", unsupported: str = "", fallback: str = ""):
     def prepare(p, w, bias=None, *, algorithm, backend="numpy", tile=None, **_: Any):
@@ -98,14 +107,36 @@ def test_measure_refuses_selection_only_dtypes():
         measure(P3.replace(dtype="QASYMM8"), settings=FAST, prepare=fake_prepare())
 
 
-def test_time_runs_honours_min_runs_and_prunes_hopeless_candidates():
-    calls = []
-    stats = measure_mod.time_runs(lambda: calls.append(1), Settings(warmup=2, min_runs=7,
-                                                                    min_time=0.0))
-    assert len(calls) == 9 and stats["runs"] == 7 and not stats["pruned"]
-    pruned = measure_mod.time_runs(lambda: None, Settings(warmup=0, min_runs=50, min_time=0),
-                                   give_up_after=-1.0)
-    assert pruned["runs"] == 3 and pruned["pruned"]
+def test_race_honours_min_runs_and_interleaves():
+    order: list[str] = []
+    race = Race(Settings(warmup=2, min_runs=4, min_time=0.0))
+    assert race.enter("a", lambda: order.append("a"))
+    assert race.enter("b", lambda: order.append("b"))
+    race.run()
+    assert order == ["a", "a", "b", "b"] + ["a", "b"] * 4      # warm-ups, then rounds
+    assert {k: v["runs"] for k, v in race.stats().items()} == {"a": 4, "b": 4}
+    assert race.cut_short() == []
+
+
+def test_race_drops_a_candidate_that_raises_and_keeps_the_others():
+    def boom() -> None:
+        raise RuntimeError("late failure")
+    race = Race(Settings(warmup=0, min_runs=2, min_time=0.0))
+    race.enter("ok", lambda: None)
+    race.enter("bad", boom)
+    race.run()
+    assert list(race.stats()) == ["ok"] and str(race.errors["bad"]) == "late failure"
+
+
+def test_race_prunes_hopeless_candidates_and_respects_the_budget():
+    race = Race(Settings(warmup=0, min_runs=50, min_time=0.0, prune_factor=-1.0))
+    race.enter("slow", lambda: None)
+    race.run()
+    assert race.stats()["slow"]["runs"] == 3 and race.stats()["slow"]["pruned"]
+    spent = Race(Settings(warmup=0, min_runs=5, min_time=0.0), budget_s=-1.0)
+    spent.enter("a", lambda: None)
+    spent.run()
+    assert spent.stats() == {} and spent.cut_short() == ["a"]
 
 
 # -- the policy -------------------------------------------------------------------------------

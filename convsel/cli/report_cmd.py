@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(layers, backend=args.backend, device=device_arg(args.device),
                               db=db, target=args.target, settings=settings_from_args(args),
-                              on_progress=progress)
+                              on_progress=progress, exclude=args.exclude)
     finally:
         bar.close()
     out = Path(args.out)

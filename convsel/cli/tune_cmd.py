@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Any
 
+from ..algorithms import ALGORITHMS
 from ..errors import ConvselError
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer, distinct, load_layers
@@ -33,6 +34,8 @@ def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"and at least this many runs (default {defaults.min_runs})")
     parser.add_argument("--warmup", type=int, default=defaults.warmup, metavar="N",
                         help=f"untimed runs first (default {defaults.warmup})")
+    parser.add_argument("--exclude", action="append", default=[], metavar="ALGORITHM",
+                        help="do not time this algorithm (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -46,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.repeats < 1 or args.min_time < 0 or args.warmup < 0:
         raise ValueError("--repeats must be >= 1, --min-time and --warmup >= 0")
+    unknown = sorted(set(args.exclude) - set(ALGORITHMS))
+    if unknown:
+        raise ValueError(f"--exclude {unknown[0]}: unknown algorithm; known: "
+                         f"{', '.join(ALGORITHMS)}")
     return Settings(warmup=args.warmup, min_runs=args.repeats, min_time=args.min_time)
 
 
@@ -86,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             bar.set_description(_short(layer.label))
             try:
                 m = measure(layer.problem, args.backend, device, settings=settings,
-                            on_candidate=lambda label: bar.set_postfix_str(label))
+                            on_candidate=lambda label: bar.set_postfix_str(label),
+                            exclude=args.exclude)
             except ConvselError as exc:
                 failures += 1
                 bar.write(f"{layer.label}: not tuned: {exc}")

@@ -1,8 +1,8 @@
 """Time every algorithm that can run a problem, and decide whether one of them wins.
 
-Each candidate is prepared once (weights transformed, outside the timing), run ``warmup``
-times, then run until it has both ``min_runs`` runs and ``min_time`` seconds (at most
-``max_runs``). The median is kept with its interquartile range. A candidate is the winner only
+Each candidate is prepared once (weights transformed, outside the timing) and warmed up, then
+all are timed in interleaved rounds until each has ``min_runs`` runs and ``min_time``
+seconds (see :mod:`convsel.tuning.timing`). The median is kept with its interquartile range. A candidate is the winner only
 if it beats the runner-up by more than the noise; otherwise the close ones are kept as a tie,
 which the rules break when the policy answers (see :mod:`convsel.tuning.policy`).
 """
@@ -10,41 +10,27 @@ which the rules break when the policy answers (see :mod:`convsel.tuning.policy`)
 from __future__ import annotations
 
 import functools
-import gc
-import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import algorithms, backends
+from ..acl.verdict import Verdict, failed, passed
 from ..errors import ConvselError, FallbackWarning, UnsupportedError
 from ..problem import ConvProblem
 from ..rules import Rules
 from ..selection import _rules
-from .db import TuningEntry
+from .entry import TuningEntry
+from .timing import Race, Settings
 
 # Two medians closer than this fraction of the faster one are not told apart, whatever the
 # IQRs say: a handful of runs on a shared machine does not resolve finer differences.
 NOISE_FLOOR = 0.03
-# After a few runs, a candidate this many times slower than the best so far cannot win or tie;
-# it stops early (and says so) instead of spending the full time budget.
-PRUNE_FACTOR = 3.0
 # Likely-fast algorithms first, so that pruning has a yardstick before the slow ones run.
 _TIMING_ORDER = ("gemm_1x1", "im2col_gemm", "winograd", "indirect_gemm", "fft", "direct")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How long to time each candidate."""
-
-    warmup: int = 1
-    min_runs: int = 5
-    min_time: float = 0.05
-    max_runs: int = 100
-    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,7 +58,7 @@ class Measurement:
     skipped: Mapping[str, str]
     winner: str | None
     tie: tuple[str, ...]
-    untimed: tuple[str, ...] = ()    # left out when the time budget ran out
+    untimed: tuple[str, ...] = ()    # not timed fully: the time budget ran out
 
     @property
     def fastest(self) -> str | None:
@@ -119,10 +105,11 @@ def device_identity(backend: str, device: Any = None) -> dict[str, str]:
     return {k: str(ident[k]) for k in ("vendor", "name", "driver")}
 
 
-def candidates(problem: ConvProblem, backend: str,
-               rules: Rules | None = None) -> tuple[list[Candidate], dict[str, str]]:
+def candidates(problem: ConvProblem, backend: str, rules: Rules | None = None,
+               exclude: Collection[str] = ()) -> tuple[list[Candidate], dict[str, str]]:
     """Every (algorithm, parameters) that may run ``problem`` on ``backend``, and the
-    algorithms that cannot, with why. Winograd gives one candidate per output tile."""
+    algorithms that will not be timed, with why: unsupported, excluded by the caller, or
+    dominated (see :func:`dominated`). Winograd gives one candidate per output tile."""
     loaded = _rules(rules)
     found: list[Candidate] = []
     skipped: dict[str, str] = {}
@@ -130,6 +117,10 @@ def candidates(problem: ConvProblem, backend: str,
         verdict = algorithms.supports(alg, problem, loaded)
         if verdict.ok:
             verdict = backends.implemented(alg, backend)
+        if verdict.ok and alg in exclude:
+            verdict = failed(f"not timed: {alg} excluded by the caller")
+        if verdict.ok:
+            verdict = dominated(alg, problem)
         if not verdict.ok:
             skipped[alg] = verdict.reason
             continue
@@ -141,44 +132,19 @@ def candidates(problem: ConvProblem, backend: str,
     return found, skipped
 
 
-def time_runs(run: Callable[[], Any], settings: Settings,
-              give_up_after: float = float("inf")) -> dict[str, Any]:
-    """Median and IQR of ``run()``'s wall time. A candidate slower than ``give_up_after``
-    seconds stops early (``pruned``): after a warm-up run that slow, or a median of 3 runs."""
-    was_enabled = gc.isenabled()
-    gc.disable()  # a collection inside one run would be noise, as in timeit
-    try:
-        for _ in range(settings.warmup):
-            t0 = time.perf_counter()
-            run()
-            first = time.perf_counter() - t0
-            if first > 2 * give_up_after:   # hopeless: one run says enough
-                return _stats([first], pruned=True)
-        times = _repeat(run, settings, give_up_after)
-    finally:
-        if was_enabled:
-            gc.enable()
-    return _stats(times, pruned=len(times) < min(settings.min_runs, settings.max_runs))
+def dominated(algorithm: str, p: ConvProblem) -> Verdict:
+    """Fails for a candidate that provably does more arithmetic than another one, so that
+    timing it (and transforming its weights) would only cost tuning time.
 
-
-def _repeat(run: Callable[[], Any], settings: Settings, give_up_after: float) -> list[float]:
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < settings.max_runs:
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= settings.min_runs and time.perf_counter() - start >= settings.min_time:
-            break
-        if len(times) >= 3 and float(np.median(times)) > give_up_after:
-            break
-    return times
-
-
-def _stats(times: list[float], *, pruned: bool) -> dict[str, Any]:
-    q1, median, q3 = np.percentile(times, [25, 50, 75])
-    return {"median_s": float(median), "iqr_s": float(q3 - q1), "min_s": float(min(times)),
-            "runs": len(times), "pruned": pruned}
+    FFT with a 1x1 kernel: its spectral products alone are C*K complex multiply-adds per
+    frequency bin, with at least as many bins as output pixels, where GEMM does C*K real
+    multiply-adds per output pixel; the transforms come on top.
+    """
+    if algorithm == "fft" and (p.kh, p.kw) == (1, 1):
+        return failed("not timed: FFT of a 1x1 kernel does more arithmetic than the GEMM it "
+                      "replaces (C*K complex products per frequency bin vs C*K real products "
+                      "per output pixel), so it cannot win")
+    return passed("not dominated")
 
 
 def noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
@@ -200,10 +166,10 @@ def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[
 
 
 def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
-            rules: Rules | None = None, settings: Settings = Settings(),
+            rules: Rules | None = None, settings: Settings | None = None,
             on_candidate: Callable[[str], None] | None = None,
             prepare: Callable[..., Any] | None = None,
-            budget_s: float | None = None) -> Measurement:
+            budget_s: float | None = None, exclude: Collection[str] = ()) -> Measurement:
     """Time every candidate of ``problem`` on ``backend`` and decide the winner.
 
     Parameters
@@ -212,15 +178,18 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         An F32 or F16 problem (the others are selection-only and cannot be timed).
     backend, device
         Where to run; ``device`` is passed to the backend's ``get_runtime``.
-    settings : Settings
-        Warm-up runs, minimum runs and time, maximum runs, data seed.
+    settings : Settings, optional
+        Warm-up runs, minimum runs and time, maximum runs, data seed, prune factor.
     on_candidate : callable, optional
         Called with each label before it is timed (progress display).
     prepare : callable, optional
         :func:`convsel.ops.prepare` or a stand-in with its signature (tests).
     budget_s : float, optional
-        Start no candidate after this many seconds; the ones not started are skipped with
-        that reason (checked between candidates: one running candidate is not cut short).
+        Stop after about this many seconds (checked between runs: a run is never cut short);
+        candidates not started are skipped with that reason, and ``untimed`` lists them and
+        those stopped before their minimum runs.
+    exclude : collection of str
+        Algorithms not to time (skipped with that reason).
 
     Returns
     -------
@@ -238,35 +207,43 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
                                "problems can be timed")
     if prepare is None:
         from ..ops import prepare
-    found, skipped = candidates(problem, backend, rules)
+    settings = settings or Settings()
+    found, skipped = candidates(problem, backend, rules, exclude)
     x, w, bias = _data(problem, settings.seed)
-    timings: dict[str, dict[str, Any]] = {}
-    best = float("inf")
-    started, untimed = time.perf_counter(), []
+    race, timings = Race(settings, budget_s), {}
+    infos = {c.label: {"algorithm": c.algorithm,
+                       "params": {k: list(v) for k, v in c.params.items()}} for c in found}
+    untimed = []
     for cand in found:
-        if budget_s is not None and time.perf_counter() - started > budget_s:
+        if race.out_of_time:
             skipped[cand.label] = f"not timed: the {budget_s:g} s time budget was spent"
             untimed.append(cand.label)
             continue
         if on_candidate is not None:
             on_candidate(cand.label)
-        info: dict[str, Any] = {"algorithm": cand.algorithm,
-                                "params": {k: list(v) for k, v in cand.params.items()}}
         try:
             op = _prepare(prepare, problem, w, bias, cand, backend, device, rules)
-            stats = time_runs(functools.partial(op.run, x), settings, PRUNE_FACTOR * best)
+            race.enter(cand.label, functools.partial(op.run, x))
         except _Skip as exc:
             skipped[cand.label] = str(exc)
-            continue
-        except (ConvselError, ArithmeticError, ImportError, MemoryError, RuntimeError,
-                ValueError) as exc:
-            timings[cand.label] = {**info, "error": f"{type(exc).__name__}: {exc}"}
-            continue
-        timings[cand.label] = {**info, **stats}
-        best = min(best, stats["median_s"])
+        except _FAILURES as exc:
+            race.lanes.pop(cand.label, None)
+            timings[cand.label] = {**infos[cand.label], "error": _describe(exc)}
+    race.run(None if on_candidate is None else lambda n: on_candidate(f"round {n}"))
+    timings.update({k: {**infos[k], "error": _describe(e)} for k, e in race.errors.items()})
+    timings.update({k: {**infos[k], **st} for k, st in race.stats().items()})
+    untimed += race.cut_short()
     winner, tie = decide(timings)
     return Measurement(problem, backend, device_identity(backend, device), timings, skipped,
                        winner, tie, tuple(untimed))
+
+
+# What a candidate may raise that is its own failure, reported for it while the others go on.
+_FAILURES = (ConvselError, ArithmeticError, ImportError, MemoryError, RuntimeError, ValueError)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _Skip(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,7 +131,8 @@ def geomean(values: Iterable[float | None]) -> float | None:
 def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = None,
                  db: TuningDB | None = None, target: str = "cpu", rules: Rules | None = None,
                  settings: Settings | None = None,
-                 on_progress: Callable[[Layer, str], None] | None = None) -> Report:
+                 on_progress: Callable[[Layer, str], None] | None = None,
+                 exclude: Collection[str] = ()) -> Report:
     """Time ``layers`` on ``backend`` and judge each policy's pick against the fastest.
 
     Parameters
@@ -147,6 +148,8 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
         Timing settings (see :func:`convsel.tuning.measure.measure`).
     on_progress : callable, optional
         Called with (layer, candidate label) before each candidate is timed.
+    exclude : collection of str
+        Algorithms not to time (as :func:`convsel.tuning.measure.measure`).
 
     Returns
     -------
@@ -162,7 +165,7 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
                 on_progress(layer, label)
         try:
             m = measure(layer.problem, backend, device, rules=rules, settings=settings,
-                        on_candidate=progress)
+                        on_candidate=progress, exclude=exclude)
         except ConvselError as exc:
             left_out.append(f"{layer.label}: {exc}")
             continue
