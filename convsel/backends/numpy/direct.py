@@ -60,9 +60,9 @@ class Direct(Prepared):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
-        x = as_f32(check_x(p, x))
+        x = self.float32(check_x(p, x))
         y = new_output((p.n, p.out_h, p.out_w, p.k))
-        scratch = np.empty(min(self.band, p.out_h) * p.out_w * p.k, dtype=np.float32)
+        scratch = self.scratch("band", (min(self.band, p.out_h) * p.out_w * p.k,))
         for n in range(p.n):
             for top in range(0, p.out_h, self.band):
                 bottom = min(p.out_h, top + self.band)

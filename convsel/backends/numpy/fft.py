@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...acl.verdict import Verdict, failed
 from ...problem import ConvProblem
-from .common import WORKERS, Prepared, ceil_div, check_x, float_only, new_output, padded
+from .common import WORKERS, Prepared, ceil_div, check_x, float_only, new_output
 from .epilogue import finish
 
 MIN_FFT = 16                  # smallest block side worth an FFT
@@ -80,7 +80,7 @@ class Fft(Prepared):
         (fy, fx), (ty, tx), (by, bx) = self.size, self.valid, self.blocks
         ey, ex = p.kernel_extent
         top, left = p.pad[0], p.pad[2]
-        xp = padded(check_x(p, x), top, by * ty + ey - 1 - p.h - top,
+        xp = self.padded(check_x(p, x), top, by * ty + ey - 1 - p.h - top,
                     left, bx * tx + ex - 1 - p.w - left)
         blocks = sliding_window_view(xp, (fy, fx), axis=(1, 2))[:, ::ty, ::tx]  # N,BY,BX,C,fy,fx
         spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=WORKERS)

@@ -42,10 +42,12 @@ class Gemm1x1(Prepared):
         x = check_x(p, x)
         sy, sx = p.stride
         if (sy, sx) != (1, 1):
-            x = x[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx]
+            x = self.float32(x[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx])
+        else:
+            x = self.float32(x)
         rows = p.n * p.out_h * p.out_w
         y = new_output((p.n, p.out_h, p.out_w, p.k))
-        np.matmul(as_f32(x).reshape(rows, p.c), self.w, out=y.reshape(rows, p.k))
+        np.matmul(x.reshape(rows, p.c), self.w, out=y.reshape(rows, p.k))
         return finish(p, y, self.bias)
 
 

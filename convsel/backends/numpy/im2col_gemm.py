@@ -14,7 +14,7 @@ import numpy as np
 
 from ...acl.verdict import Verdict
 from ...problem import ConvProblem
-from .common import (Prepared, as_f32, check_x, float_only, nbytes, new_output, padded,
+from .common import (Prepared, as_f32, check_x, float_only, nbytes, new_output,
                      padded_bytes, patches)
 from .epilogue import finish
 
@@ -38,12 +38,12 @@ class Im2colGemm(Prepared):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
-        xp = padded(check_x(p, x), *p.pad)
+        xp = self.padded(check_x(p, x), *p.pad)
         fields = patches(p, xp)                            # N, OH, OW, KH, KW, C (a view)
         rows = p.n * p.out_h * p.out_w
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         if p.groups == 1:
-            cols = np.empty((rows, p.kh * p.kw * p.c), dtype=np.float32)
+            cols = self.scratch("cols", (rows, p.kh * p.kw * p.c))
             np.copyto(cols.reshape(fields.shape), fields)   # the im2col copy
             np.matmul(cols, self.w[0], out=y.reshape(rows, p.k))
         else:
@@ -55,7 +55,7 @@ class Im2colGemm(Prepared):
         g, cg = p.groups, p.c // p.groups
         rows = y.shape[0]
         split = fields.reshape(*fields.shape[:-1], g, cg)          # ..., KH, KW, G, Cg
-        cols = np.empty((g, rows, p.kh * p.kw * cg), dtype=np.float32)
+        cols = self.scratch("cols", (g, rows, p.kh * p.kw * cg))
         np.copyto(cols.reshape(g, *fields.shape[:3], p.kh, p.kw, cg),
                   split.transpose(5, 0, 1, 2, 3, 4, 6))
         if cg == 1 and y.shape[2] == 1:   # depthwise: per channel, a dot over the taps

@@ -66,12 +66,12 @@ class IndirectGemm(Prepared):
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
         x = check_x(p, x)
-        source = np.empty((p.n * p.h * p.w + 1, p.c), dtype=np.float32)
+        source = self.scratch("source", (p.n * p.h * p.w + 1, p.c))
         source[:-1] = x.reshape(-1, p.c)
         source[-1] = 0.0
         pixels, taps = self.indirection.shape
         y = new_output((pixels, p.k))
-        gathered = np.empty((self.block, taps, p.c), dtype=np.float32)
+        gathered = self.scratch("gathered", (self.block, taps, p.c))
         for start in range(0, pixels, self.block):
             stop = min(pixels, start + self.block)
             block = gathered[: stop - start]

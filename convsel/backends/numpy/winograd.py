@@ -26,7 +26,7 @@ from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...rules import default_rules
 from ...winograd_transforms import winograd_kron_2d
-from .common import ITEM, Prepared, as_f32, ceil_div, check_x, float_only, new_output, padded
+from .common import ITEM, Prepared, as_f32, ceil_div, check_x, float_only, new_output
 from .epilogue import finish
 
 
@@ -71,14 +71,18 @@ class Winograd(Prepared):
         (my, mx), (ny, nx), (th, tw) = self.tile, self.inner, self.tiles
         hp, wp = self._padded_size()
         top, left = p.pad[0], p.pad[2]
-        xp = padded(check_x(p, x), top, hp - p.h - top, left, wp - p.w - left)
+        xp = self.padded(check_x(p, x), top, hp - p.h - top, left, wp - p.w - left)
         windows = sliding_window_view(xp, (ny, nx), axis=(1, 2))[:, ::my, ::mx]  # N,TH,TW,C,ny,nx
-        count = p.n * th * tw
-        d = np.empty((ny * nx, count * p.c), dtype=np.float32)
+        count, positions = p.n * th * tw, ny * nx
+        d = self.scratch("d", (positions, count * p.c))
         np.copyto(d.reshape(ny, nx, p.n, th, tw, p.c), windows.transpose(4, 5, 0, 1, 2, 3))
-        v = (self.bt @ d).reshape(ny * nx, count, p.c)
-        m = np.matmul(v, self.u)                                   # T, P, K
-        out = (self.at @ m.reshape(ny * nx, count * p.k)).reshape(my, mx, p.n, th, tw, p.k)
+        v = self.scratch("v", (positions, count * p.c))
+        np.matmul(self.bt, d, out=v)
+        m = self.scratch("m", (positions, count, p.k))
+        np.matmul(v.reshape(positions, count, p.c), self.u, out=m)
+        out = self.scratch("out", (my * mx, count * p.k))
+        np.matmul(self.at, m.reshape(positions, count * p.k), out=out)
+        out = out.reshape(my, mx, p.n, th, tw, p.k)
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         full = out.transpose(2, 3, 0, 4, 1, 5).reshape(p.n, th * my, tw * mx, p.k)
         np.copyto(y, full[:, : p.out_h, : p.out_w])

@@ -1,0 +1,217 @@
+"""Time every numpy algorithm on the layers of a net, side by side with PyTorch CPU.
+
+    python benchmarks/cpu.py --net resnet50 [--net vgg16 ...] [--algorithm winograd ...]
+        [--repeats 15] [--threads 2] [--no-torch] [--out results/cpu-resnet50.json]
+
+Each algorithm is timed in its prepared form (``op.run(x)``: weights already transformed, as
+torch's are ready too); torch runs ``torch.nn.functional.conv2d`` on channels_last tensors
+with ``torch.set_num_threads(--threads)`` (default: every core, as numpy's BLAS uses).
+After one warm-up run each, the candidates of a layer are timed round-robin, ``--repeats``
+rounds, so machine noise falls on all of them alike; the median is reported. Winograd is
+timed with every tile the heuristics pair with the kernel ("winograd4x4", ...).
+
+Prints one row per layer (GFLOP/s per algorithm, the fastest, its ratio to torch) and a
+workspace table, then the issue's three targets; writes every sample to JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from convsel.algorithms import ALGORITHMS, supports, winograd_tiles
+from convsel.backends import implementation
+from convsel.backends.numpy import device_identity
+from convsel.problem import ConvProblem
+from convsel.rules import Rules, default_rules
+from convsel.tuning.layers import Layer, load_layers
+
+ROOT = Path(__file__).resolve().parents[1]
+Runner = Callable[[], Any]
+
+
+def candidates(p: ConvProblem, rules: Rules, only: list[str] | None,
+               ) -> dict[str, tuple[str, dict[str, Any]]]:
+    """label -> (algorithm, params) for every algorithm (and Winograd tile) that runs p."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for algorithm in ALGORITHMS:
+        if only and algorithm not in only:
+            continue
+        tiles = winograd_tiles(p, rules) if algorithm == "winograd" else [None]
+        for tile in tiles:
+            params = {"tile": tile} if tile else {}
+            if not supports(algorithm, p, rules, params).ok:
+                continue
+            if not implementation(algorithm, "numpy").supports(p, None).ok:
+                continue
+            label = f"winograd{tile[0]}x{tile[1]}" if tile else algorithm
+            out[label] = (algorithm, params)
+    return out
+
+
+def torch_runner(p: ConvProblem, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> Runner:
+    """torch.nn.functional.conv2d on channels_last tensors; asymmetric padding is an F.pad."""
+    import torch
+    import torch.nn.functional as F
+
+    xt = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+    wt = torch.from_numpy(w).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+    bt = torch.from_numpy(b)
+    top, bottom, left, right = p.pad
+    symmetric = top == bottom and left == right
+
+    def run() -> Any:
+        with torch.inference_mode():
+            src = xt if symmetric else F.pad(xt, (left, right, top, bottom))
+            return F.conv2d(src, wt, bt, stride=p.stride, dilation=p.dilation,
+                            padding=(top, left) if symmetric else 0, groups=p.groups)
+    return run
+
+
+def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str, Any]:
+    p = layer.problem
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(np.float32)
+    w = rng.standard_normal(p.weights_shape).astype(np.float32)
+    b = rng.standard_normal(p.k).astype(np.float32)
+    runners: dict[str, Runner] = {}
+    workspace: dict[str, int] = {}
+    for label, (algorithm, params) in candidates(p, rules, args.algorithm).items():
+        op = implementation(algorithm, "numpy").prepare(p, w, b, params, None)
+        runners[label], workspace[label] = (lambda op=op: op.run(x)), op.workspace_bytes
+    if args.torch:
+        runners["torch"] = torch_runner(p, x, w, b)
+    samples: dict[str, list[float]] = {label: [] for label in runners}
+    for run in runners.values():
+        run()   # warm-up: page faults, BLAS buffers, torch's first-call dispatch
+    for _ in range(args.repeats):
+        for label, run in runners.items():
+            start = time.perf_counter()
+            run()
+            samples[label].append(time.perf_counter() - start)
+    median = {label: statistics.median(s) for label, s in samples.items()}
+    ours = {k: v for k, v in median.items() if k != "torch"}
+    best = min(ours, key=ours.__getitem__) if ours else None
+    return {"net": layer.net, "name": layer.name, "problem": p.to_dict(), "flops": p.flops,
+            "median_s": median, "samples_s": samples, "workspace_bytes": workspace,
+            "fastest": best, "torch_s": median.get("torch"),
+            "ratio_to_torch": (median[best] / median["torch"]) if best and "torch" in median
+            else None}
+
+
+def _cell(result: dict[str, Any], label: str) -> str:
+    t = result["median_s"].get(label)
+    return f"{result['flops'] / t / 1e9:7.1f}" if t else "      -"
+
+
+def print_tables(results: list[dict[str, Any]], labels: list[str]) -> None:
+    head = f"{'layer':38} " + " ".join(f"{lb[:11]:>11}" for lb in labels)
+    print("GFLOP/s (median)\n" + head + f" {'fastest':>14} {'best ms':>8} {'torch ms':>8} ratio")
+    for r in results:
+        best_ms = r["median_s"][r["fastest"]] * 1e3 if r["fastest"] else float("nan")
+        torch_ms = f"{r['torch_s'] * 1e3:8.3f}" if r["torch_s"] else "       -"
+        ratio = f"{r['ratio_to_torch']:5.2f}" if r["ratio_to_torch"] else "    -"
+        print(f"{r['name'][:38]:38} " + " ".join(f"{_cell(r, lb):>11}" for lb in labels)
+              + f" {str(r['fastest']):>14} {best_ms:8.3f} {torch_ms} {ratio}")
+    print("\nworkspace (KiB)\n" + f"{'layer':38} "
+          + " ".join(f"{lb[:11]:>11}" for lb in labels if lb != "torch"))
+    for r in results:
+        cells = [r["workspace_bytes"].get(lb) for lb in labels if lb != "torch"]
+        print(f"{r['name'][:38]:38} " + " ".join(
+            f"{c / 1024:11.0f}" if c is not None else f"{'-':>11}" for c in cells))
+
+
+def targets(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's three targets, computed from this run."""
+    ratios = [r["ratio_to_torch"] for r in results if r["ratio_to_torch"]]
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    wino = []
+    for r in results:
+        p = r["problem"]
+        if ((p["kh"], p["kw"]) == (3, 3) and p["stride"] == [1, 1] and p["c"] >= 64
+                and p["k"] >= 64 and "winograd4x4" in r["median_s"]):
+            wino.append({"name": r["name"], "winograd4x4_over_im2col":
+                         r["median_s"]["winograd4x4"] / r["median_s"]["im2col_gemm"]})
+    ws = [{"name": r["name"], "direct_over_im2col": r["workspace_bytes"]["direct"]
+           / r["workspace_bytes"]["im2col_gemm"]} for r in results
+          if (r["problem"]["kh"], r["problem"]["kw"]) in ((7, 7), (9, 9))
+          and "direct" in r["workspace_bytes"] and "im2col_gemm" in r["workspace_bytes"]]
+    return {"fastest_over_torch_geomean": geo, "target_geomean_max": 1.5,
+            "winograd_vs_im2col": wino, "direct_workspace_vs_im2col": ws}
+
+
+def print_targets(t: dict[str, Any]) -> None:
+    geo = t["fastest_over_torch_geomean"]
+    if geo is not None:
+        print(f"\n1. fastest convsel / torch, geometric mean: {geo:.2f} (target <= 1.5: "
+              f"{'met' if geo <= 1.5 else 'MISSED'})")
+    for row in t["winograd_vs_im2col"]:
+        v = row["winograd4x4_over_im2col"]
+        print(f"2. {row['name']}: winograd4x4 / im2col_gemm time = {v:.2f} "
+              f"({'met' if v < 1 else 'MISSED'})")
+    for row in t["direct_workspace_vs_im2col"]:
+        v = row["direct_over_im2col"]
+        print(f"3. {row['name']}: direct / im2col_gemm workspace = {v:.3f} "
+              f"({'met' if v <= 0.1 else 'MISSED'})")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--net", action="append", required=True, help="net name in layers.json")
+    ap.add_argument("--layers", help="layer file (default: ../shared/data/layers.json)")
+    ap.add_argument("--algorithm", action="append", choices=ALGORITHMS)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="torch threads (default: all cores)")
+    ap.add_argument("--no-torch", dest="torch", action="store_false")
+    ap.add_argument("--limit", type=int, help="only the first N layers")
+    ap.add_argument("--out", type=Path, help="JSON output (default: results/cpu-<nets>.json)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch is not installed: timing convsel only (pip install torch)",
+                  file=sys.stderr)
+            args.torch = False
+        else:
+            torch.set_num_threads(args.threads)
+    layers, notes = load_layers(args.layers, args.net)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    layers = layers[: args.limit] if args.limit else layers
+    rules = default_rules()
+    results = []
+    for layer in layers:
+        results.append(time_layer(layer, rules, args))
+        print(f"  timed {layer.label}", file=sys.stderr, flush=True)
+    labels = list(dict.fromkeys(lb for r in results for lb in r["median_s"]))
+    print_tables(results, labels)
+    summary = targets(results)
+    print_targets(summary)
+    out = args.out or ROOT / "results" / f"cpu-{'-'.join(args.net)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    device = {**device_identity(), "cpu_count": os.cpu_count(), "torch_threads": args.threads}
+    if args.torch:
+        device["torch"] = __import__("torch").__version__
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "device": device,
+                               "targets": summary, "layers": results}, indent=1))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
