@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from opencl_support import opencl_runtime
 
 from convsel.cli import main
-from opencl_support import opencl_runtime
 
 pytest.importorskip("pyopencl")
 
-from convsel.backends.opencl import runtime as rtmod, tuner  # noqa: E402
+from convsel.backends.opencl import runtime as rtmod
+from convsel.backends.opencl import tuner
 
 pytestmark = pytest.mark.opencl
 

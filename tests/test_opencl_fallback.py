@@ -8,18 +8,20 @@ import warnings
 
 import numpy as np
 import pytest
+from opencl_support import assert_matches_reference, data, opencl_runtime
 
 from convsel import ops
 from convsel.acl.verdict import failed
 from convsel.errors import FallbackWarning, KernelBuildError
 from convsel.problem import ConvProblem
-from opencl_support import assert_matches_reference, data, opencl_runtime
 
 pytest.importorskip("pyopencl")
 
-from convsel.backends import IMPLEMENTATIONS  # noqa: E402
-from convsel.backends import opencl  # noqa: E402
-from convsel.backends.opencl import direct, program  # noqa: E402
+from convsel.backends import (
+    IMPLEMENTATIONS,
+    opencl,
+)
+from convsel.backends.opencl import direct, program
 
 pytestmark = pytest.mark.opencl
 

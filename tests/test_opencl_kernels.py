@@ -7,18 +7,17 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from opencl_support import assert_matches_reference, data, opencl_runtime
 
 from convsel import ops
 from convsel.activation import KINDS, parse_activation
 from convsel.algorithms import winograd_tiles
 from convsel.problem import ConvProblem
 from convsel.rules import load_rules
-from opencl_support import assert_matches_reference, data, opencl_runtime
 
 pytest.importorskip("pyopencl")
 
-from convsel.backends.opencl import (direct, gemm_1x1, im2col_gemm, indirect_gemm,  # noqa: E402
-                                     program, winograd)
+from convsel.backends.opencl import direct, gemm_1x1, im2col_gemm, indirect_gemm, program, winograd
 
 pytestmark = pytest.mark.opencl
 

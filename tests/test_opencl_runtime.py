@@ -9,15 +9,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from opencl_support import assert_matches_reference, data, opencl_runtime
 
 from convsel.errors import InvalidProblemError, KernelBuildError, UnsupportedError
 from convsel.problem import ConvProblem
-from opencl_support import assert_matches_reference, data, opencl_runtime
 
 pyopencl = pytest.importorskip("pyopencl")
 
-from convsel.backends import opencl  # noqa: E402
-from convsel.backends.opencl import cache, direct, runtime as rtmod, tuner  # noqa: E402
+from convsel.backends import opencl
+from convsel.backends.opencl import cache, direct, tuner
+from convsel.backends.opencl import runtime as rtmod
 
 pytestmark = pytest.mark.opencl
 
@@ -156,7 +157,7 @@ def test_available_never_raises_without_pyopencl(monkeypatch):
 
 
 def test_available_without_a_device(monkeypatch):
-    monkeypatch.setattr(rtmod, "all_devices", lambda: [])
+    monkeypatch.setattr(rtmod, "all_devices", list)
     verdict = opencl.available()
     assert not verdict.ok and "no OpenCL device" in verdict.reason
     assert opencl.describe()["available"] is False
@@ -179,7 +180,7 @@ P = ConvProblem(2, 6, 7, 5, 6, 3, 3, pad=(1, 0, 1, 2), activation="relu")
 
 
 def test_too_large_buffer_is_refused_before_any_launch(rt, monkeypatch):
-    x, w, b = data(P)
+    _x, w, b = data(P)
     monkeypatch.setattr(rt, "max_alloc", 256)
     monkeypatch.setattr(rt, "enqueue", lambda *a: pytest.fail("launched"))
     monkeypatch.setattr(rt, "buffer", lambda *a: pytest.fail("allocated"))
@@ -213,7 +214,7 @@ def test_a_failed_launch_leaves_the_backend_usable(rt, monkeypatch):
 
 
 def test_run_checks_the_input_shape(rt):
-    x, w, b = data(P)
+    _x, w, b = data(P)
     kernel = direct.prepare(P, w, b, {}, rt)
     with pytest.raises(InvalidProblemError, match="NHWC shape"):
         kernel.run(np.zeros((1, 2, 3, 4), np.float32))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from opencl_support import assert_matches_reference, data, opencl_runtime
 
 from convsel.errors import InvalidProblemError
 from convsel.problem import ConvProblem
-from opencl_support import assert_matches_reference, data, opencl_runtime
 
 pytest.importorskip("pyopencl")
 
-from convsel.backends.opencl import direct, tuner  # noqa: E402
-from convsel.backends.opencl.tuner import CLTuner, candidates  # noqa: E402
+from convsel.backends.opencl import direct, tuner
+from convsel.backends.opencl.tuner import CLTuner, candidates
 
 BIG = 1 << 20     # a max work-group size that filters nothing
 

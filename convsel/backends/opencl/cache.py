@@ -13,8 +13,9 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from ...errors import InvalidProblemError
 

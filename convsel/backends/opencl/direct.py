@@ -7,8 +7,17 @@ import numpy as np
 from ...acl.verdict import Verdict
 from ...problem import ConvProblem
 from . import program as prog
-from .prepared import (NUMPY_DTYPES, OpenCLKernel, Step, bias_buffer, bias_options, bind,
-                       check_plan, io_plan, plan_verdict)
+from .prepared import (
+    NUMPY_DTYPES,
+    OpenCLKernel,
+    Step,
+    bias_buffer,
+    bias_options,
+    bind,
+    check_plan,
+    io_plan,
+    plan_verdict,
+)
 from .runtime import Runtime
 
 TW = 4                      # output columns per work item

@@ -9,8 +9,15 @@ from ...acl.verdict import Verdict
 from ...problem import ConvProblem
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
-from .prepared import (NUMPY_DTYPES, OpenCLKernel, bias_buffer, bias_options, check_plan,
-                       io_plan, plan_verdict)
+from .prepared import (
+    NUMPY_DTYPES,
+    OpenCLKernel,
+    bias_buffer,
+    bias_options,
+    check_plan,
+    io_plan,
+    plan_verdict,
+)
 from .runtime import Runtime
 
 

@@ -9,8 +9,18 @@ from ...acl.verdict import Verdict
 from ...problem import ConvProblem
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
-from .prepared import (NUMPY_DTYPES, BufferPlan, OpenCLKernel, Step, bias_buffer,
-                       bias_options, bind, check_plan, io_plan, plan_verdict)
+from .prepared import (
+    NUMPY_DTYPES,
+    BufferPlan,
+    OpenCLKernel,
+    Step,
+    bias_buffer,
+    bias_options,
+    bind,
+    check_plan,
+    io_plan,
+    plan_verdict,
+)
 from .runtime import Runtime
 
 

@@ -8,8 +8,18 @@ import numpy as np
 from ...acl.verdict import Verdict
 from ...problem import ConvProblem
 from . import program as prog
-from .prepared import (NUMPY_DTYPES, BufferPlan, OpenCLKernel, Step, bias_buffer,
-                       bias_options, bind, check_plan, io_plan, plan_verdict)
+from .prepared import (
+    NUMPY_DTYPES,
+    BufferPlan,
+    OpenCLKernel,
+    Step,
+    bias_buffer,
+    bias_options,
+    bind,
+    check_plan,
+    io_plan,
+    plan_verdict,
+)
 from .runtime import Runtime
 
 RM, RN = 4, 4               # output pixels x output channels per work item

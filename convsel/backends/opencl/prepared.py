@@ -8,8 +8,9 @@ is allocated or launched), builds its programs, binds arguments once, and hands 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyopencl as cl

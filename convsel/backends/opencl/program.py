@@ -13,7 +13,7 @@ given geometry; the tuner's configuration id still includes them.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import numpy as np
@@ -32,7 +32,7 @@ HALF_ENV = "CONVSEL_CL_HALF"     # "auto" (default) or "storage": never native h
 _EPILOGUE_OPTIONS = ("-DACT", "-DHAS_BIAS")
 
 
-@lru_cache(maxsize=None)
+@cache
 def kernel_source(name: str) -> str:
     """The text of ``kernels/<name>.cl`` shipped in the package."""
     return (resources.files(__package__) / "kernels" / f"{name}.cl").read_text(encoding="utf-8")

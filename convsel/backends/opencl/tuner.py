@@ -19,8 +19,9 @@ import os
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import pyopencl as cl
 

@@ -15,8 +15,18 @@ from ...rules import load_rules
 from ...winograd_transforms import winograd_matrices_2d
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
-from .prepared import (NUMPY_DTYPES, BufferPlan, OpenCLKernel, Step, bias_buffer,
-                       bias_options, bind, check_plan, io_plan, plan_verdict)
+from .prepared import (
+    NUMPY_DTYPES,
+    BufferPlan,
+    OpenCLKernel,
+    Step,
+    bias_buffer,
+    bias_options,
+    bind,
+    check_plan,
+    io_plan,
+    plan_verdict,
+)
 from .runtime import Runtime
 
 
@@ -58,7 +68,7 @@ def preamble(tile: tuple[int, int], kernel: tuple[int, int]) -> str:
 
 def filter_transform(w: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
     """OHWI weights -> U[AH][AW][C][K] = G_y g G_x^T per (k, c), in float64 then float32."""
-    k, kh, kw, _ = w.shape
+    _k, kh, kw, _ = w.shape
     (_, g_y, _), (_, g_x, _) = winograd_matrices_2d(tile, (kh, kw))
     u = np.einsum("ai,kijc,bj->abck", g_y, w.astype(np.float64), g_x, optimize=True)
     return np.ascontiguousarray(u, dtype=np.float32)
