@@ -107,13 +107,14 @@ def test_measure_refuses_selection_only_dtypes():
         measure(P3.replace(dtype="QASYMM8"), settings=FAST, prepare=fake_prepare())
 
 
-def test_race_honours_min_runs_and_interleaves():
+def test_race_times_blocks_in_rounds_and_rewarms_fast_candidates():
     order: list[str] = []
-    race = Race(Settings(warmup=2, min_runs=4, min_time=0.0))
+    race = Race(Settings(warmup=2, min_runs=4, min_time=0.0, rounds=2))
     assert race.enter("a", lambda: order.append("a"))
     assert race.enter("b", lambda: order.append("b"))
     race.run()
-    assert order == ["a", "a", "b", "b"] + ["a", "b"] * 4      # warm-ups, then rounds
+    # warm-ups; round 1: 2 timed runs each; round 2: 1 untimed + 2 timed each
+    assert "".join(order) == "aabb" + "aabb" + "aaabbb"
     assert {k: v["runs"] for k, v in race.stats().items()} == {"a": 4, "b": 4}
     assert race.cut_short() == []
 
@@ -129,10 +130,10 @@ def test_race_drops_a_candidate_that_raises_and_keeps_the_others():
 
 
 def test_race_prunes_hopeless_candidates_and_respects_the_budget():
-    race = Race(Settings(warmup=0, min_runs=50, min_time=0.0, prune_factor=-1.0))
+    race = Race(Settings(warmup=0, min_runs=30, min_time=0.0, rounds=3, prune_factor=-1.0))
     race.enter("slow", lambda: None)
     race.run()
-    assert race.stats()["slow"]["runs"] == 3 and race.stats()["slow"]["pruned"]
+    assert race.stats()["slow"]["runs"] == 10 and race.stats()["slow"]["pruned"]  # 1 round
     spent = Race(Settings(warmup=0, min_runs=5, min_time=0.0), budget_s=-1.0)
     spent.enter("a", lambda: None)
     spent.run()

@@ -1,16 +1,20 @@
-"""Time several runnable candidates fairly on a noisy machine.
+"""Time several runnable candidates fairly on a noisy, shared machine.
 
 Each candidate gets its warm-up runs as it arrives (:meth:`Race.enter`); one whose first run
-is hopelessly slow stops there. Then :meth:`Race.run` times the rest *in rounds*, one run of
-each per round, so that a burst of load from another process lands on every candidate alike
-instead of on whichever was being timed. A candidate leaves the rounds once it has
-``min_runs`` runs and ``min_time`` seconds of them (or ``max_runs``), or once the median of
-three or more runs is ``prune_factor`` times the best median (it cannot win or tie).
+is hopelessly slow stops there. :meth:`Race.run` then times the rest in ``rounds``: in each
+round every candidate runs a *block* of consecutive timed runs, its share of ``min_runs`` and
+``min_time``. Blocks keep a candidate's thread pool (BLAS) hot, as it is when a layer runs;
+rounds spread each candidate over the whole measurement, so a burst of load from another
+process does not land on one candidate only. A fast candidate starts each later block with
+one untimed run, which absorbs waking its threads up. After each round a candidate whose
+*fastest* run is ``prune_factor`` times slower than the best median leaves: contention only
+adds time, so it cannot win or tie.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,15 +22,20 @@ from typing import Any
 
 import numpy as np
 
+# Below this median a later block starts with an untimed run (cheap, and it matters: waking
+# a sleeping BLAS thread on a busy machine costs milliseconds).
+_REWARM_BELOW_S = 0.01
+
 
 @dataclass(frozen=True)
 class Settings:
-    """How long to time each candidate."""
+    """How long to time each candidate (totals over all rounds)."""
 
     warmup: int = 1
-    min_runs: int = 5
-    min_time: float = 0.05
-    max_runs: int = 100
+    min_runs: int = 6
+    min_time: float = 0.06
+    max_runs: int = 90
+    rounds: int = 3
     seed: int = 0
     prune_factor: float = 3.0
 
@@ -40,7 +49,7 @@ class _Lane:
 
     @property
     def median(self) -> float:
-        return float(np.median(self.times)) if self.times else float("inf")
+        return float(np.median(self.times)) if self.times else math.inf
 
 
 class Race:
@@ -51,7 +60,7 @@ class Race:
         self.deadline = time.perf_counter() + budget_s if budget_s is not None else None
         self.lanes: dict[str, _Lane] = {}
         self.errors: dict[str, BaseException] = {}
-        self._fastest_first_run = float("inf")
+        self._fastest_first_run = math.inf
 
     @property
     def out_of_time(self) -> bool:
@@ -72,42 +81,52 @@ class Race:
         return True
 
     def run(self, on_round: Callable[[int], None] | None = None) -> None:
-        """Time the entered candidates in rounds until each is done or time runs out."""
+        """Time the entered candidates round by round until each is done or time runs out."""
         was_enabled = gc.isenabled()
         gc.disable()  # a collection inside one run would be noise, as in timeit
         try:
-            rounds = 0
-            while not self.out_of_time:
+            for number in range(1, max(1, self.settings.rounds) + 1):
                 active = [k for k, lane in self.lanes.items() if not lane.done]
-                if not active:
+                if not active or self.out_of_time:
                     break
-                rounds += 1
                 if on_round is not None:
-                    on_round(rounds)
-                self._round(active)
+                    on_round(number)
+                for label in active:
+                    self._block(label, number)
+                self._prune(active)
         finally:
             if was_enabled:
                 gc.enable()
+        if not self.out_of_time:   # else the unfinished ones are cut short
+            for lane in self.lanes.values():
+                lane.done = True
 
-    def _round(self, active: list[str]) -> None:
-        s = self.settings
-        for label in active:
-            lane = self.lanes[label]
-            try:
+    def _block(self, label: str, number: int) -> None:
+        """This round's share of runs for one candidate, consecutively."""
+        s, lane = self.settings, self.lanes[label]
+        share = number / max(1, s.rounds)
+        runs_due = min(math.ceil(s.min_runs * share), math.ceil(s.max_runs * share))
+        time_due = s.min_time * share
+        try:
+            if number > 1 and lane.median < _REWARM_BELOW_S:
+                lane.run()
+            while (len(lane.times) < runs_due or sum(lane.times) < time_due) and \
+                    len(lane.times) < math.ceil(s.max_runs * share):
                 lane.times.append(_timed(lane.run))
-            except Exception as exc:  # noqa: BLE001 - reported per candidate by the caller
-                self.errors[label] = exc
-                del self.lanes[label]
-        best = min((lane.median for lane in self.lanes.values()), default=float("inf"))
+                if self.out_of_time:
+                    return
+        except Exception as exc:  # noqa: BLE001 - reported per candidate by the caller
+            self.errors[label] = exc
+            del self.lanes[label]
+
+    def _prune(self, active: list[str]) -> None:
+        best = min((lane.median for lane in self.lanes.values()), default=math.inf)
         for label in active:
             lane = self.lanes.get(label)
-            if lane is None:
-                continue
-            n = len(lane.times)
-            if n >= s.max_runs or (n >= s.min_runs and sum(lane.times) >= s.min_time):
-                lane.done = True
-            elif n >= 3 and lane.median > s.prune_factor * best:
+            if lane is not None and lane.times and min(lane.times) > \
+                    self.settings.prune_factor * best:
                 lane.done = lane.pruned = True
+                lane.run = _nothing
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Median, IQR, min and run count per candidate that ran at least once."""
