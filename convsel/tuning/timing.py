@@ -5,8 +5,9 @@ is hopelessly slow stops there. :meth:`Race.run` then times the rest in ``rounds
 round every candidate runs a *block* of consecutive timed runs, its share of ``min_runs`` and
 ``min_time``. Blocks keep a candidate's thread pool (BLAS) hot, as it is when a layer runs;
 rounds spread each candidate over the whole measurement, so a burst of load from another
-process does not land on one candidate only. A fast candidate starts each later block with
-one untimed run, which absorbs waking its threads up. After each round a candidate whose
+process does not land on one candidate only. A fast candidate starts each block with one
+untimed run, which absorbs waking its threads up (on a busy 2-core machine a sleeping BLAS
+thread waits for the scheduler's next tick: 4-8 ms, more than the whole convolution). After each round a candidate whose
 *fastest* run is ``prune_factor`` times slower than the best median leaves: contention only
 adds time, so it cannot win or tie.
 """
@@ -22,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-# Below this median a later block starts with an untimed run (cheap, and it matters: waking
-# a sleeping BLAS thread on a busy machine costs milliseconds).
+# Below this median a block starts with an untimed run (cheap, and it matters: waking a
+# sleeping BLAS thread on a busy machine costs milliseconds).
 _REWARM_BELOW_S = 0.01
 
 
@@ -44,12 +45,17 @@ class Settings:
 class _Lane:
     run: Callable[[], Any]
     times: list[float] = field(default_factory=list)
+    first: float = math.inf     # the warm-up run, the only estimate before the first block
     pruned: bool = False
     done: bool = False
 
     @property
     def median(self) -> float:
         return float(np.median(self.times)) if self.times else math.inf
+
+    @property
+    def fast(self) -> bool:
+        return (self.median if self.times else self.first) < _REWARM_BELOW_S
 
 
 class Race:
@@ -71,7 +77,7 @@ class Race:
         lane = _Lane(run)
         self.lanes[label] = lane
         for _ in range(self.settings.warmup):
-            first = _timed(run)
+            lane.first = first = _timed(run)
             limit = 2 * self.settings.prune_factor * self._fastest_first_run
             self._fastest_first_run = min(self._fastest_first_run, first)
             if first > limit:  # hopeless: a cold run this slow says enough
@@ -108,7 +114,7 @@ class Race:
         runs_due = min(math.ceil(s.min_runs * share), math.ceil(s.max_runs * share))
         time_due = s.min_time * share
         try:
-            if number > 1 and lane.median < _REWARM_BELOW_S:
+            if lane.fast:
                 lane.run()
             while (len(lane.times) < runs_due or sum(lane.times) < time_due) and \
                     len(lane.times) < math.ceil(s.max_runs * share):
