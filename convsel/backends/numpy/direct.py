@@ -7,19 +7,24 @@ output is processed in bands of rows so the one scratch buffer (a band's product
 small and in cache; that buffer is the whole workspace.
 
 Depthwise convolution (one input channel per group) is an elementwise multiply-add per tap,
-which is what MobileNet's layers need; other grouped problems contract each group's channels
-with einsum.
+which is what MobileNet's layers need: the tap's weights are pre-tiled along a whole output
+row so that, at unit stride, each multiply runs over long contiguous rows instead of
+broadcasting C values. Other grouped problems contract each group's channels with einsum.
+Elementwise numpy runs on one core (BLAS does not help), so those bands are spread over a
+thread pool; dense bands are not, as the BLAS already uses every core.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ...acl.verdict import Verdict
 from ...problem import ConvProblem
-from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
+from .common import ITEM, WORKERS, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
 
 BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays in L2)
@@ -27,6 +32,11 @@ BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays 
 
 def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
     return float_only(p, "direct")
+
+
+@lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="convsel-direct")
 
 
 def _valid(out: int, stride: int, before: int, offset: int, size: int) -> tuple[int, int]:
@@ -45,12 +55,17 @@ class Direct(Prepared):
         w = as_f32(w_ohwi)                                      # K, KH, KW, Cg
         if g == 1:
             self.taps = as_f32(w.transpose(1, 2, 3, 0))         # KH, KW, C, K
+        elif cg == 1 and kg == 1:   # depthwise: KH, KW, OW·C (each tap tiled along a row)
+            self.taps = as_f32(np.tile(w[..., 0].transpose(1, 2, 0)[:, :, None], (1, 1, p.out_w, 1)
+                                       ).reshape(p.kh, p.kw, p.out_w * g))
         elif cg == 1:
             self.taps = as_f32(w[..., 0].reshape(g, kg, p.kh, p.kw).transpose(2, 3, 0, 1))
         else:
             self.taps = as_f32(w.reshape(g, kg, p.kh, p.kw, cg).transpose(2, 3, 0, 4, 1))
-        self.band = max(1, BAND_ELEMENTS // (p.out_w * p.k))   # output rows per band
-        band_elements = min(self.band, p.out_h) * p.out_w * p.k
+        self.threads = 1 if g == 1 else WORKERS
+        self.band = max(1, min(BAND_ELEMENTS // (p.out_w * p.k),    # output rows per band,
+                               -(-p.out_h // self.threads)))        # one band per thread at least
+        band_elements = min(self.band, p.out_h) * p.out_w * p.k * self.threads
         f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
         super().__init__(p, bias, band_elements * ITEM + f16_copy)
         sy, sx = p.stride
@@ -62,19 +77,22 @@ class Direct(Prepared):
         p = self.problem
         x = self.float32(check_x(p, x))
         y = new_output((p.n, p.out_h, p.out_w, p.k))
-        scratch = self.scratch("band", (min(self.band, p.out_h) * p.out_w * p.k,))
-        for n in range(p.n):
-            for top in range(0, p.out_h, self.band):
-                bottom = min(p.out_h, top + self.band)
-                acc = y[n, top:bottom]
-                acc.fill(0.0)
-                self._band(x[n], acc, top, bottom, scratch)
+        bands = [(n, top) for n in range(p.n) for top in range(0, p.out_h, self.band)]
+        if self.threads > 1 and len(bands) > 1:
+            list(_pool().map(lambda band: self._band(x, y, *band), bands))
+        else:
+            for band in bands:
+                self._band(x, y, *band)
         return finish(p, y, self.bias)
 
-    def _band(self, x: np.ndarray, acc: np.ndarray, top: int, bottom: int,
-              scratch: np.ndarray) -> None:
-        """Add every tap's contribution to output rows [top, bottom) of one image."""
+    def _band(self, x: np.ndarray, y: np.ndarray, n: int, top: int) -> None:
+        """Write output rows [top, top + band) of image n: the sum of every tap."""
         p = self.problem
+        bottom = min(p.out_h, top + self.band)
+        acc = y[n, top:bottom]
+        acc.fill(0.0)
+        x = x[n]
+        scratch = self.scratch("band", (min(self.band, p.out_h) * p.out_w * p.k,))
         sy, sx = p.stride
         dy, dx = p.dilation
         for i, (lo, hi) in enumerate(self.rows):
@@ -100,7 +118,13 @@ class Direct(Prepared):
             return
         rows, cols = window.shape[:2]
         g = p.groups
-        if w.ndim == 2:   # depthwise: (G, Kg) multipliers per input channel
+        if w.ndim == 1:   # depthwise: the tap's weights tiled along a row
+            flat = cols * g
+            if window.strides[1] == g * window.itemsize:   # unit stride: rows contiguous
+                np.multiply(window.reshape(rows, flat), w[:flat], out=out.reshape(rows, flat))
+            else:
+                np.multiply(window, w[:g], out=out)
+        elif w.ndim == 2:   # depthwise with a channel multiplier: (G, Kg) per channel
             np.multiply(window[..., None], w, out=out.reshape(rows, cols, g, -1))
         else:
             np.einsum("rcgi,gik->rcgk", window.reshape(rows, cols, g, -1), w,
