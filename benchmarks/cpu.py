@@ -1,7 +1,7 @@
 """Time every numpy algorithm on the layers of a net, side by side with PyTorch CPU.
 
     python benchmarks/cpu.py --net resnet50 [--net vgg16 ...] [--algorithm winograd ...]
-        [--repeats 15] [--threads 2] [--no-torch] [--out results/cpu-resnet50.json]
+        [--repeats 15] [--threads 2] [--clock wall] [--no-torch] [--out results/cpu-resnet50.json]
 
 Each algorithm is timed in its prepared form (``op.run(x)``: weights already transformed, as
 torch's are ready too); torch runs ``torch.nn.functional.conv2d`` on channels_last tensors
@@ -23,8 +23,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -90,14 +91,15 @@ def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str
         runners[label], workspace[label] = (lambda op=op: op.run(x)), op.workspace_bytes
     if args.torch:
         runners["torch"] = torch_runner(p, x, w, b)
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
     samples: dict[str, list[float]] = {label: [] for label in runners}
     for run in runners.values():
         run()   # warm-up: page faults, BLAS buffers, torch's first-call dispatch
     for _ in range(args.repeats):
         for label, run in runners.items():
-            start = time.perf_counter()
+            start = clock()
             run()
-            samples[label].append(time.perf_counter() - start)
+            samples[label].append(clock() - start)
     median = {label: statistics.median(s) for label, s in samples.items()}
     ours = {k: v for k, v in median.items() if k != "torch"}
     best = min(ours, key=ours.__getitem__) if ours else None
@@ -121,7 +123,7 @@ def print_tables(results: list[dict[str, Any]], labels: list[str]) -> None:
         torch_ms = f"{r['torch_s'] * 1e3:8.3f}" if r["torch_s"] else "       -"
         ratio = f"{r['ratio_to_torch']:5.2f}" if r["ratio_to_torch"] else "    -"
         print(f"{r['name'][:38]:38} " + " ".join(f"{_cell(r, lb):>11}" for lb in labels)
-              + f" {str(r['fastest']):>14} {best_ms:8.3f} {torch_ms} {ratio}")
+              + f" {r['fastest']!s:>14} {best_ms:8.3f} {torch_ms} {ratio}")
     print("\nworkspace (KiB)\n" + f"{'layer':38} "
           + " ".join(f"{lb[:11]:>11}" for lb in labels if lb != "torch"))
     for r in results:
@@ -173,6 +175,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="torch threads (default: all cores)")
     ap.add_argument("--no-torch", dest="torch", action="store_false")
+    ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                    help="thread: this thread's CPU time, robust to other load on a shared "
+                    "machine but meaningful only single-threaded (--threads 1 with "
+                    "OPENBLAS_NUM_THREADS=1)")
     ap.add_argument("--limit", type=int, help="only the first N layers")
     ap.add_argument("--out", type=Path, help="JSON output (default: results/cpu-<nets>.json)")
     return ap.parse_args(argv)
@@ -204,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     print_targets(summary)
     out = args.out or ROOT / "results" / f"cpu-{'-'.join(args.net)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    device = {**device_identity(), "cpu_count": os.cpu_count(), "torch_threads": args.threads}
+    device = {**device_identity(), "cpu_count": os.cpu_count(), "torch_threads": args.threads,
+              "clock": args.clock, "load_average": os.getloadavg()}
     if args.torch:
         device["torch"] = __import__("torch").__version__
     out.write_text(json.dumps({"command": " ".join(sys.argv), "device": device,

@@ -37,7 +37,7 @@ error of every pair the heuristics can select is tested in tests/test_winograd_t
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -99,7 +99,7 @@ def _check_sizes(m: int, r: int) -> None:
                          f"{MAX_TILE_INPUT}, the most this module has interpolation points for")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _matrices(m: int, r: int) -> Matrices:
     n = m + r - 1
     points = interpolation_points(n)

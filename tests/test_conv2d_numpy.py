@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from layer_cases import raw_layers
+from tolerances import tolerance
 
 from convsel.activation import KINDS
 from convsel.backends.numpy import common as numpy_common
@@ -12,9 +14,6 @@ from convsel.errors import InvalidProblemError, UnsupportedError
 from convsel.ops import conv2d, prepare
 from convsel.problem import ConvProblem
 from convsel.reference import conv2d_reference
-
-from layer_cases import raw_layers
-from tolerances import tolerance
 
 ALGORITHMS = ["direct", "im2col_gemm", "indirect_gemm", "winograd", "fft"]
 

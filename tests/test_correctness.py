@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
 from typing import Any
 
@@ -20,6 +20,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from layer_cases import layer_cases, raw_layers
+from problem_sizes import sizes
+from tolerances import tolerance
 
 from convsel import algorithms, backends
 from convsel.activation import KINDS
@@ -27,10 +30,6 @@ from convsel.backends.numpy import common as numpy_common
 from convsel.problem import ConvProblem
 from convsel.reference import conv2d_reference
 from convsel.rules import default_rules
-
-from layer_cases import layer_cases, raw_layers
-from problem_sizes import sizes
-from tolerances import tolerance
 
 PAIRS = sorted(backends.IMPLEMENTATIONS)
 PAIR_IDS = [f"{a}-{b}" for a, b in PAIRS]
@@ -53,7 +52,7 @@ class Impl:
     runtime: Any
 
 
-@lru_cache(maxsize=None)
+@cache
 def _runtime(backend: str) -> Any:
     return backends.backend_module(backend).get_runtime(None)
 

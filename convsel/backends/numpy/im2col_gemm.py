@@ -14,8 +14,7 @@ import numpy as np
 
 from ...acl.verdict import Verdict
 from ...problem import ConvProblem
-from .common import (Prepared, as_f32, check_x, float_only, nbytes, new_output,
-                     padded_bytes, patches)
+from .common import Prepared, as_f32, check_x, float_only, nbytes, new_output, padded_bytes, patches
 from .epilogue import finish
 
 
