@@ -37,7 +37,8 @@ def db(tmp_path):
 # -- decide ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("timings, expected", [
     ({"a": t(1.0, 0.01), "b": t(1.5, 0.01)}, ("a", ())),
-    ({"a": t(1.0, 0.2), "b": t(1.1, 0.01), "c": t(2.0)}, (None, ("a", "b"))),   # IQR covers it
+    ({"a": t(1.0, 0.2), "b": t(1.1, 0.01), "c": t(2.0)}, (None, ("a", "b"))),   # SE covers it
+    ({"a": t(1.0, 0.2), "b": t(1.2, 0.01)}, ("a", ())),     # beyond 2 SE (0.17 with 5 runs)
     ({"a": t(1.00), "b": t(1.02), "c": t(1.2)}, (None, ("a", "b"))),        # under the floor
     ({"a": t(1.0), "b": {"error": "boom"}}, ("a", ())),
     ({"b": {"error": "boom"}}, (None, ())),

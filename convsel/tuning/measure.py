@@ -10,6 +10,7 @@ which the rules break when the policy answers (see :mod:`convsel.tuning.policy`)
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -148,10 +149,17 @@ def dominated(algorithm: str, p: ConvProblem) -> Verdict:
 
 
 def noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """The difference below which two timings are not told apart: the larger IQR, or the
-    noise floor of the faster median."""
+    """The difference of medians below which two timings are not told apart.
+
+    Twice the standard error of the difference (about 95%), each median's error estimated
+    from its IQR and run count (sigma ~ IQR / 1.349, SE(median) ~ 1.2533 sigma / sqrt(n)),
+    but never less than the noise floor: :data:`NOISE_FLOOR` of the faster median.
+    """
+    def se(t: Mapping[str, Any]) -> float:
+        return 0.929 * float(t["iqr_s"]) / math.sqrt(max(int(t.get("runs", 1)), 1))
+
     floor = NOISE_FLOOR * min(a["median_s"], b["median_s"])
-    return float(max(a["iqr_s"], b["iqr_s"], floor))
+    return float(max(2.0 * math.hypot(se(a), se(b)), floor))
 
 
 def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[str, ...]]:

@@ -1,7 +1,7 @@
 """Time several runnable candidates fairly on a noisy, shared machine.
 
 Each candidate gets its warm-up runs as it arrives (:meth:`Race.enter`); one whose first run
-is hopelessly slow stops there. :meth:`Race.run` then times the rest in ``rounds``: in each
+is hopelessly slow, and the next one too, stops there. :meth:`Race.run` then times the rest in ``rounds``: in each
 round every candidate runs a *block* of consecutive timed runs, its share of ``min_runs`` and
 ``min_time``. Blocks keep a candidate's thread pool (BLAS) hot, as it is when a layer runs;
 rounds spread each candidate over the whole measurement, so a burst of load from another
@@ -73,14 +73,15 @@ class Race:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
     def enter(self, label: str, run: Callable[[], Any]) -> bool:
-        """Warm ``run`` up; False if it was dropped (hopeless after one run), else True."""
+        """Warm ``run`` up; False if it was dropped (hopelessly slow twice), else True."""
         lane = _Lane(run)
         self.lanes[label] = lane
         for _ in range(self.settings.warmup):
             lane.first = first = _timed(run)
             limit = 2 * self.settings.prune_factor * self._fastest_first_run
             self._fastest_first_run = min(self._fastest_first_run, first)
-            if first > limit:  # hopeless: a cold run this slow says enough
+            if first > limit and min(first, _timed(run)) > limit:
+                # hopeless, twice (once could be the process being preempted)
                 lane.times, lane.pruned, lane.done = [first], True, True
                 lane.run = _nothing   # let its kernel (and workspace) go now
                 return False
