@@ -59,7 +59,7 @@ class Winograd(Prepared):
         work = (p.n * hp * wp * p.c                         # padded input
                 + 2 * positions * count * p.c                # gathered tiles D and V
                 + positions * count * p.k                    # M
-                + 2 * tile[0] * tile[1] * count * p.k)       # Y before and after the scatter
+                + tile[0] * tile[1] * count * p.k)           # Y, before the scatter
         super().__init__(p, bias, work * ITEM)
 
     def _padded_size(self, p: ConvProblem | None = None) -> tuple[int, int]:
