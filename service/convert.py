@@ -3,15 +3,19 @@ read themselves. Errors keep the library's field/value/rule, with the field's wi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
 
 from convsel.errors import InvalidProblemError
 from convsel.problem import ConvProblem
+from convsel.rules import Rules
 from convsel.selection import select
 
 from .errors import FeatureUnavailableError
@@ -24,9 +28,16 @@ M = TypeVar("M", bound=BaseModel)
 def to_problem(model: ProblemIn, where: str = "problem") -> ConvProblem:
     """The library's ConvProblem; an invalid field is reported as ``problem.<field>``."""
     try:
-        return ConvProblem.from_dict(model.model_dump(exclude_unset=True, exclude_none=True))
+        return _problem(model.model_dump_json(exclude_unset=True, exclude_none=True))
     except InvalidProblemError as exc:
         raise type(exc)(f"{where}.{exc.field}", exc.value, exc.rule) from None
+
+
+@lru_cache(maxsize=4096)
+def _problem(canonical_json: str) -> ConvProblem:
+    # ConvProblem validation costs ~50-80 us, most of a cached select(); a service sees the
+    # same layers over and over. Keyed by the exact fields given; errors are never cached.
+    return ConvProblem.from_dict(json.loads(canonical_json))
 
 
 def validate_body(model: type[M], data: Any, *, json: bool = False,
@@ -38,6 +49,13 @@ def validate_body(model: type[M], data: Any, *, json: bool = False,
         raise RequestValidationError(
             [{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_input=False)]
         ) from None
+
+
+def json_body(model_name: str) -> dict[str, Any]:
+    """``openapi_extra`` documenting a JSON body that the route validates itself (the model
+    must be listed in the route module's ``OPENAPI_MODELS``)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model_name}"}}}}}
 
 
 @contextmanager
@@ -60,6 +78,8 @@ def selection_options(state: ServiceState, policy: str, backend: str | None,
     if policy == "measured":
         options.setdefault("backend", state.settings.default_backend)
         options.setdefault("device", state.settings.default_device)
+        if state.settings.tuning_db is not None:
+            options["db"] = str(state.settings.tuning_db)
     return options
 
 
@@ -72,3 +92,23 @@ def run_select(state: ServiceState, problem: ConvProblem, target: str | None, po
     answer = {"problem": problem.to_dict(), **sel.to_dict()}
     state.metrics.selection(answer)
     return answer
+
+
+def select_json(state: ServiceState, problem: ConvProblem, target: str | None, policy: str,
+                options: dict[str, Any]) -> bytes:
+    """:func:`run_select`'s answer as JSON bytes. Under policy "acl" the answer is a pure
+    function of (problem, target, rules), so its encoding is memoised like select() itself;
+    "measured" reads a database that changes, so it is never memoised."""
+    if policy != "acl" or options:
+        return to_json(run_select(state, problem, target, policy, options))
+    body, labels = _acl_answer(problem, target or state.settings.default_target,
+                               state.loaded_rules())
+    state.metrics.selection(labels)
+    return body
+
+
+@lru_cache(maxsize=4096)
+def _acl_answer(problem: ConvProblem, target: str, rules: Rules) -> tuple[bytes, dict[str, str]]:
+    answer = {"problem": problem.to_dict(), **select(problem, target, rules=rules).to_dict()}
+    labels = {k: answer[k] for k in ("method", "algorithm", "policy", "source")}
+    return to_json(answer), labels

@@ -82,7 +82,7 @@ ERRORS: dict[type[BaseException], tuple[int, str]] = {
 }
 
 # Starlette's own HTTP errors (routing, body limit) -> error code.
-HTTP_CODES: dict[int, str] = {400: "bad_request", 404: "not_found",
+HTTP_CODES: dict[int, str] = {404: "not_found",
                               405: "method_not_allowed", 413: "too_large",
                               415: "unsupported_media_type"}
 
@@ -150,9 +150,16 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-    body = error_body(code, str(exc.detail))
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    status = exc.status_code
+    if status == 400:
+        # FastAPI and Starlette answer a body they cannot parse (not UTF-8, broken multipart,
+        # too many parts) with 400; the service's contract is 422 for malformed input.
+        body = error_body("malformed_body", str(exc.detail), field="body",
+                          rule="the body must parse as its content type")
+        return JSONResponse(body, status_code=422, headers=exc.headers)
+    code = HTTP_CODES.get(status, f"http_{status}")
+    body = error_body(code, str(exc.detail), field="body" if status == 413 else None)
+    return JSONResponse(body, status_code=status, headers=exc.headers)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -8,6 +8,7 @@ With several uvicorn workers each process keeps its own numbers.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -17,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+log = logging.getLogger("convsel.service")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UNMATCHED = "<unmatched>"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -45,12 +47,28 @@ class Metrics:
         self.rejected = Counter("convsel_convolutions_rejected",
                                 "convolutions refused with 503 because too many were in flight",
                                 registry=r)
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._selection_series: dict[tuple[str, ...], Any] = {}
         if backend_describers is not None:
             r.register(BackendCounters(backend_describers))
 
+    def request_series(self, route: str, method: str, status: int) -> tuple[Any, Any]:
+        """The (counter, histogram) children of one label set; ``labels()`` costs ~10 us a
+        call, so children are looked up once and kept (routes and statuses are few)."""
+        key = (route, method, status)
+        series = self._series.get(key)
+        if series is None:
+            labels = (route, method, str(status))
+            series = self._series[key] = (self.requests.labels(*labels),
+                                          self.latency.labels(*labels))
+        return series
+
     def selection(self, sel: Mapping[str, Any]) -> None:
-        self.selections.labels(sel["method"], sel["algorithm"], sel["policy"],
-                               sel["source"]).inc()
+        key = (sel["method"], sel["algorithm"], sel["policy"], sel["source"])
+        child = self._selection_series.get(key)
+        if child is None:
+            child = self._selection_series[key] = self.selections.labels(*key)
+        child.inc()
 
     def convolution(self, algorithm: str, backend: str, fallback: bool, seconds: float) -> None:
         self.convolutions.labels(algorithm, backend, "yes" if fallback else "no").observe(
@@ -79,7 +97,8 @@ class BackendCounters(Collector):
         for backend, describe in self._describers().items():
             try:
                 info = describe()
-            except Exception:  # noqa: BLE001 - a failing probe must not break /metrics
+            except Exception:  # a failing probe must not break /metrics
+                log.warning("%s describe() failed during a scrape", backend, exc_info=True)
                 continue
             if not isinstance(info, Mapping):
                 continue
@@ -129,6 +148,6 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", None) or UNMATCHED
-            labels = (route, scope["method"], str(status))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)
+            count, latency = self.metrics.request_series(route, scope["method"], status)
+            count.inc()
+            latency.observe(time.perf_counter() - start)

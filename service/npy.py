@@ -1,7 +1,9 @@
 """Tensors on the wire: ``.npy`` bytes (numpy's own format), raw or base64.
 
-Decoding never unpickles (``allow_pickle=False``), refuses object, structured, string and
-complex dtypes, and checks the header's shape against the limits *before* allocating the array.
+Decoding never unpickles: the header is read first, object, structured, string and complex
+dtypes are refused, the shape is checked against the limits, and only then are the data bytes
+viewed as numbers (no ``np.load``, so no pickle path exists at all). Encoding uses
+``np.save(allow_pickle=False)``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import base64
 import binascii
 import io
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +24,10 @@ from .errors import TooLargeError
 NPY_MEDIA_TYPE = "application/x-npy"
 _KINDS = "biuf"           # bool, signed, unsigned, float: numbers a convolution can read
 _HEADER_ALLOWANCE = 4096  # bytes of .npy header tolerated on top of the data
+# numpy parses the header with ast.literal_eval; CPython 3.11's compiler is not safe to run
+# from several threads at once ("AST constructor recursion depth mismatch"), and
+# convolutions decode on a thread pool.
+_HEADER_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -55,19 +62,18 @@ def decode_base64(field: str, text: str, limits: TensorLimits) -> np.ndarray:
 def decode_bytes(field: str, raw: bytes, limits: TensorLimits) -> np.ndarray:
     """Decode ``.npy`` bytes into a native-byte-order array (see :func:`decode_base64`)."""
     stream = io.BytesIO(raw)
-    dtype, shape = _header(field, stream)
+    dtype, shape, fortran = _header(field, stream)
     _check(field, dtype, shape, limits)
-    expected = len(raw) - stream.tell()
-    if expected != dtype.itemsize * math.prod(shape):
-        raise InvalidProblemError(field, f"{expected} data bytes", f"the header announces "
-                                  f"{shape} {dtype}, {dtype.itemsize * math.prod(shape)} bytes")
-    try:
-        array = np.load(io.BytesIO(raw), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise InvalidProblemError(field, "npy", f"cannot be read: {exc}") from None
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    return array
+    count = math.prod(shape)
+    data = len(raw) - stream.tell()
+    if data != dtype.itemsize * count:
+        raise InvalidProblemError(field, f"{data} data bytes", f"the header announces "
+                                  f"{shape} {dtype}, {dtype.itemsize * count} bytes")
+    # The header is checked; the data is plain numbers (no pickle can be reached): view the
+    # bytes, then copy into an array the caller owns.
+    flat = np.frombuffer(raw, dtype=dtype, count=count, offset=stream.tell())
+    array = flat.reshape(shape, order="F" if fortran else "C")
+    return np.array(array, dtype=dtype.newbyteorder("="), order="C")
 
 
 def encode_bytes(array: np.ndarray) -> bytes:
@@ -81,19 +87,18 @@ def encode_base64(array: np.ndarray) -> str:
     return base64.b64encode(encode_bytes(array)).decode("ascii")
 
 
-def _header(field: str, stream: io.BytesIO) -> tuple[np.dtype, tuple[int, ...]]:
+def _header(field: str, stream: io.BytesIO) -> tuple[np.dtype, tuple[int, ...], bool]:
     fmt = np.lib.format
     try:
         version = fmt.read_magic(stream)
-        if version == (1, 0):
-            shape, _, dtype = fmt.read_array_header_1_0(stream)
-        elif version == (2, 0):
-            shape, _, dtype = fmt.read_array_header_2_0(stream)
-        else:
+        if version not in ((1, 0), (2, 0)):
             raise ValueError(f"format version {version} is not accepted (1.0 or 2.0)")
+        reader = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        with _HEADER_LOCK:
+            shape, fortran, dtype = reader(stream)
     except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
         raise InvalidProblemError(field, "npy header", f"not a .npy array: {exc}") from None
-    return np.dtype(dtype), tuple(int(d) for d in shape)
+    return np.dtype(dtype), tuple(int(d) for d in shape), bool(fortran)
 
 
 def _check(field: str, dtype: np.dtype, shape: tuple[int, ...], limits: TensorLimits) -> None:

@@ -42,9 +42,10 @@ class ProblemIn(_In):
     k: int
     kh: int
     kw: int
-    stride: int | list[int] = [1, 1]
-    pad: int | list[int] = [0, 0, 0, 0]
-    dilation: int | list[int] = [1, 1]
+    # int defaults (the library widens them): a list default is deep-copied per request.
+    stride: int | list[int] = 1
+    pad: int | list[int] = 0
+    dilation: int | list[int] = 1
     groups: int = 1
     dtype: str = "F32"
     layout: str = "NHWC"

@@ -13,6 +13,7 @@ from ..errors import ConvselError
 COMMANDS: dict[str, tuple[str, str]] = {
     "select": ("convsel.cli.select_cmd", "which method ACL would choose, and why"),
     "targets": ("convsel.cli.targets_cmd", "list the CPU and Mali GPU targets"),
+    "serve": ("convsel.cli.serve_cmd", "run the HTTP service (FastAPI under uvicorn)"),
     "plan": ("convsel.cli.plan_cmd", "the method for every Conv of an ONNX model"),
     "tune": ("convsel.cli.tune_cmd", "time every algorithm per layer; record the winners"),
     "db": ("convsel.cli.db_cmd", "the tuning database: path, list, export, import"),

@@ -1,0 +1,147 @@
+"""POST /v1/select and /v1/select/batch: answers equal the library's, errors name the field."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from service_support import assert_error, client_for
+
+from convsel import ConvProblem, load_rules, select
+
+P = {"n": 1, "h": 56, "w": 56, "c": 64, "k": 64, "kh": 3, "kw": 3, "pad": 1}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with client_for() as c:
+        yield c
+
+
+@pytest.mark.parametrize("target", ["G77", "cpu", "Mali-G78AE r0p1", "cpu-nofp16"])
+def test_select_is_the_librarys_answer(client, target):
+    r = client.post("/v1/select", json={"problem": P, "target": target})
+    assert r.status_code == 200, r.text
+    problem = ConvProblem.from_dict(P)
+    assert r.json() == {"problem": problem.to_dict(), **select(problem, target).to_dict()}
+
+
+def test_select_reports_trace_candidates_and_rules(client):
+    body = client.post("/v1/select", json={"problem": P, "target": "G77"}).json()
+    rules = load_rules()
+    assert body["rules"] == {"version": rules.version, "digest": rules.digest}
+    assert [c["method"] for c in body["candidates"]] == [
+        "GEMM", "GEMM_CONV2D", "DIRECT", "INDIRECT", "WINOGRAD", "FFT"]
+    fired = [s for s in body["trace"] if s["fired"]]
+    assert fired[-1]["id"] == body["rule"] and body["reason"] == fired[-1]["reason"]
+    assert body["problem"]["pad"] == [1, 1, 1, 1]   # normalised by the library
+
+
+def test_target_defaults_to_the_settings():
+    with client_for(default_target="G76") as c:
+        assert c.post("/v1/select", json={"problem": P}).json()["target"] == "G76"
+
+
+def test_answers_repeat_identically(client):
+    # The memoised encoding must not leak one answer into another.
+    one = client.post("/v1/select", json={"problem": P, "target": "G77"}).json()
+    other = client.post("/v1/select", json={"problem": {**P, "kh": 1, "kw": 1, "pad": 0},
+                                            "target": "G77"}).json()
+    again = client.post("/v1/select", json={"problem": P, "target": "G77"}).json()
+    assert one == again and one != other and other["problem"]["kh"] == 1
+
+
+@pytest.mark.parametrize("body, code, field", [
+    ({"problem": {**P, "pad": 9}}, "invalid_problem", "problem.pad"),
+    ({"problem": {**P, "groups": 3}}, "invalid_problem", "problem.groups"),
+    ({"problem": {**P, "dtype": "F64"}}, "invalid_problem", "problem.dtype"),
+    ({"problem": {**P, "activation": "relu6x"}}, "invalid_problem", "problem.activation"),
+    ({"problem": {**P, "h": 0}}, "invalid_problem", "problem.h"),
+    ({"problem": P, "target": "G99"}, "unknown_target", "target"),
+    ({"problem": P, "policy": "fastest"}, "invalid_problem", "policy"),
+    ({"problem": P, "backend": "opencl"}, "invalid_problem", "backend"),  # acl takes none
+    ({"problem": {k: v for k, v in P.items() if k != "kw"}}, "validation_error",
+     "body.problem.kw"),
+    ({"problem": {**P, "h": "tall"}}, "validation_error", "body.problem.h"),
+    ({"problem": {**P, "colour": 1}}, "validation_error", "body.problem.colour"),
+    ({"problem": P, "extra": 1}, "validation_error", "body.extra"),
+    ({}, "validation_error", "body.problem"),
+])
+def test_bad_input_is_422_naming_the_field(client, body, code, field):
+    body = assert_error(client.post("/v1/select", json=body), 422, code, field)
+    if code == "validation_error":
+        assert body["errors"][0]["loc"] == field.split(".")
+    else:
+        assert body["rule"] and body["message"].startswith(field)
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"", b"[1, 2]", b'"text"', b"\x1f\xff"])
+def test_malformed_json_is_422(client, content):
+    for path in ("/v1/select", "/v1/select/batch"):
+        r = client.post(path, content=content, headers={"content-type": "application/json"})
+        assert_error(r, 422, "validation_error")
+
+
+def test_measured_policy_goes_through(client, tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(tmp_path / "tuning.sqlite"))
+    r = client.post("/v1/select", json={"problem": P, "policy": "measured"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["policy"] == "measured" and body["source"] == "rules"   # empty database
+    assert body["trace"][-1]["id"].startswith("measured.")
+
+
+def test_measured_policy_without_the_tuning_layer_is_503(client, monkeypatch):
+    monkeypatch.setitem(sys.modules, "convsel.tuning.policy", None)   # import now fails
+    r = client.post("/v1/select", json={"problem": P, "policy": "measured"})
+    body = assert_error(r, 503, "feature_unavailable", "policy")
+    assert "convsel.tuning" in body["message"]
+
+
+def test_oversize_body_is_413():
+    with client_for(max_body_bytes=200) as c:
+        big = {"problem": {**P, "activation": {"kind": "relu", "a": 1.0}}, "target": "G" * 300}
+        assert_error(c.post("/v1/select", json=big), 413, "too_large")
+
+        def chunks():   # no Content-Length: the limit counts the bytes actually read
+            yield b'{"problem": {"n": 1, '
+            yield b" " * 400
+
+        assert_error(c.post("/v1/select", content=chunks(),
+                            headers={"content-type": "application/json"}), 413, "too_large")
+
+
+def test_batch_answers_in_order_with_per_item_errors(client):
+    problems = [P, {"h": 1}, 5, {**P, "pad": 9}, {**P, "kh": 1, "kw": 1, "pad": 0}]
+    r = client.post("/v1/select/batch", json={"problems": problems, "target": "G77"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["count"] == 5 and body["failed"] == 3
+    assert [item["index"] for item in body["results"]] == [0, 1, 2, 3, 4]
+    ok = [item for item in body["results"] if item["error"] is None]
+    for item in ok:
+        problem = ConvProblem.from_dict(problems[item["index"]])
+        assert item["selection"] == {"problem": problem.to_dict(),
+                                     **select(problem, "G77").to_dict()}
+    errors = {item["index"]: item["error"] for item in body["results"] if item["error"]}
+    assert errors[1]["code"] == "validation_error" and errors[1]["field"] == "body.problems.1.n"
+    assert errors[2]["code"] == "validation_error" and errors[2]["field"] == "body.problems.2"
+    assert errors[3]["code"] == "invalid_problem" and errors[3]["field"] == "problems.3.pad"
+
+
+def test_batch_shared_fields_fail_the_whole_batch(client):
+    assert_error(client.post("/v1/select/batch", json={"problems": [P], "target": "G99"}),
+                 422, "unknown_target", "target")
+    assert_error(client.post("/v1/select/batch", json={"problems": [P], "policy": "x"}),
+                 422, "invalid_problem", "policy")
+    assert_error(client.post("/v1/select/batch", json={"problems": "all"}), 422,
+                 "validation_error", "body.problems")
+    empty = client.post("/v1/select/batch", json={"problems": []}).json()
+    assert empty == {"results": [], "count": 0, "failed": 0}
+
+
+def test_batch_size_limit_is_413():
+    with client_for(max_batch_size=2) as c:
+        body = assert_error(c.post("/v1/select/batch", json={"problems": [P] * 3}), 413,
+                            "too_large", "problems")
+        assert body["value"] == 3 and "2" in body["rule"]
