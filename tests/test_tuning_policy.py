@@ -9,6 +9,7 @@ import pytest
 
 from convsel import ConvProblem, UnsupportedError, select
 from convsel.tuning import measure as measure_mod
+from convsel.tuning import policy
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import Settings, candidates, decide, device_identity, measure
 from convsel.tuning.timing import Race
@@ -32,6 +33,12 @@ def record(db: TuningDB, problem: ConvProblem, timings: dict[str, dict[str, Any]
 @pytest.fixture
 def db(tmp_path):
     return TuningDB(tmp_path / "tuning.sqlite")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_identity():
+    yield
+    policy._cached_identity.cache_clear()   # a test may have changed the BLAS environment
 
 
 # -- decide ------------------------------------------------------------------------------------
@@ -217,3 +224,13 @@ def test_tune_true_measures_records_and_answers(db, monkeypatch):
     assert sel.source == "tuning-db"
     assert db.lookup(P1, "numpy", device_identity("numpy")) is not None
     assert select(P1, "cpu", policy="measured", db=db).source == "tuning-db"
+
+
+def test_blas_thread_settings_are_part_of_the_device_key(db, monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    record(db, P1, {"direct": t(1.0, 0.0, "direct"), "gemm_1x1": t(3.0, 0.0, "gemm_1x1")})
+    assert select(P1, "cpu", policy="measured", db=db).source == "tuning-db"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert "OPENBLAS_NUM_THREADS=1" in device_identity("numpy")["driver"]
+    policy._cached_identity.cache_clear()   # identities are cached per process
+    assert select(P1, "cpu", policy="measured", db=db).source == "rules"
