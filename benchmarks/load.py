@@ -174,6 +174,8 @@ def summarise(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         name: {"rps_median": statistics.median(r[name]["rps"] for r in rounds),
                "p50_ms_median": statistics.median(r[name]["p50_ms"] for r in rounds),
                "p99_ms_median": statistics.median(r[name]["p99_ms"] for r in rounds),
+               "server_cpu_ms_per_request_median": statistics.median(
+                   r[name]["server_cpu_ms_per_request"] for r in rounds),
                "errors": sum(r[name]["errors"] for r in rounds),
                "requests": sum(r[name]["requests"] for r in rounds)} for name in names}
     out["select_over_bare"] = round(statistics.median(
