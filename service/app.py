@@ -49,6 +49,7 @@ ROUTERS: tuple[str, ...] = (
     "service.routes.conv",     # POST /v1/conv2d
     "service.routes.meta",     # /healthz /readyz /metrics /v1/targets|methods|backends|rules
     "service.routes.plan",     # POST /v1/plan (ONNX model upload)
+    "service.routes.tuning",   # POST /v1/tune, GET /v1/tuning
 )
 
 DESCRIPTION = ("ACL's conv2d algorithm selection, explained, and convolutions run remotely. "

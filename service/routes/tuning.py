@@ -1,0 +1,179 @@
+"""POST /v1/tune: time every algorithm for one problem on this server and record the winner.
+GET /v1/tuning: what the tuning database holds.
+
+Tuning is bounded: one at a time per server process (another request meanwhile gets 503 with
+Retry-After), a time budget per request (``budget_s``, checked between timed runs, so one slow
+run may overrun it), and the size limits of /v1/conv2d. A measurement that the budget cut
+short is returned but not recorded. The database is ``CONVSEL_TUNING_DB`` (or the user data
+directory); when it cannot be opened the service still answers, with ACL's rules, and
+/readyz reports it under ``detail.tuning``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, FastAPI, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from convsel import backends
+from convsel.errors import BackendUnavailableError, InvalidProblemError, TuningDatabaseError
+from convsel.problem import ConvProblem
+from convsel.selection import select
+from convsel.tuning.db import TuningDB
+from convsel.tuning.measure import Measurement, device_identity, measure
+from convsel.tuning.policy import open_db
+
+from ..convert import to_problem
+from ..errors import BusyError, TooLargeError, responses
+from ..schemas import ProblemIn
+from ..state import ServiceState, StateDep
+
+router = APIRouter(prefix="/v1", tags=["tuning"])
+
+MAX_BUDGET_S = 60.0
+_running = threading.Lock()      # one tuning per process: timings of two would disturb both
+_running_until = 0.0             # when the running tuning's budget ends (for Retry-After)
+
+
+class TuneRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    problem: ProblemIn
+    target: str | None = Field(None, description="the ACL target whose rules break a tie; "
+                               "default: the server's")
+    backend: str | None = Field(None, description="numpy or opencl; default: the server's")
+    device: str | None = Field(None, description="OpenCL device; default: the server's")
+    budget_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S,
+                            description="stop timing after about this many seconds")
+    retune: bool = Field(False, description="time it again although the database has it")
+
+
+class TuneResponse(BaseModel):
+    """The measurement (or the stored entry, ``cached``) and what policy=measured now says."""
+
+    model_config = ConfigDict(extra="allow")
+
+    problem: dict[str, Any]
+    backend: str
+    device: dict[str, str]
+    cached: bool
+    complete: bool
+    recorded: bool
+    note: str | None
+    winner: str | None
+    tie: list[str]
+    timings: dict[str, Any]
+    elapsed_s: float
+    selection: dict[str, Any]
+
+
+class TuningBusyError(BusyError):
+    """Another tuning is running on this server (HTTP 503 with Retry-After)."""
+
+    def __init__(self, retry_after: int) -> None:
+        self.retry_after = retry_after
+        Exception.__init__(self, f"a tuning is already running on this server (one at a "
+                                 f"time); retry after {retry_after} s")
+
+
+@router.post("/tune", response_model=TuneResponse, responses=responses(413, 422, 503))
+async def tune(body: TuneRequest, state: StateDep) -> dict[str, Any]:
+    """Time every algorithm that can run ``problem`` and record the result (bounded)."""
+    global _running_until
+    problem = to_problem(body.problem)
+    _check_size(state, problem)
+    if not _running.acquire(blocking=False):
+        wait = max(state.settings.retry_after_seconds,
+                   math.ceil(_running_until - time.monotonic()))
+        raise TuningBusyError(wait)
+    try:
+        _running_until = time.monotonic() + body.budget_s
+        return await anyio.to_thread.run_sync(_tune, state, problem, body)
+    finally:
+        _running.release()
+
+
+@router.get("/tuning", responses=responses(503))
+async def tuning(state: StateDep, backend: str | None = None,
+                 limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
+    """The database's status and its entries (newest last), with ``current`` telling whether
+    this server's convsel and implementations would use each."""
+    db = open_db(state.settings.tuning_db)
+    entries = await anyio.to_thread.run_sync(lambda: db.entries(backend=backend))
+    return {"database": db.status(), "count": len(entries), "returned": min(limit,
+                                                                            len(entries)),
+            "entries": [{**e.to_dict(), "current": e.is_current} for e in entries[-limit:]]}
+
+
+def ready(app: FastAPI) -> dict[str, Any]:
+    """The database never makes the service unready: without it, answers come from rules."""
+    state: ServiceState = app.state.convsel
+    try:
+        return {"ok": True, "available": True, **open_db(state.settings.tuning_db).status()}
+    except TuningDatabaseError as exc:
+        return {"ok": True, "available": False, "reason": str(exc)}
+
+
+def _check_size(state: ServiceState, p: ConvProblem) -> None:
+    s = state.settings
+    for name, elements in (("x", p.n * p.h * p.w * p.c), ("y", p.n * p.out_h * p.out_w * p.k)):
+        if elements > s.max_tensor_elements:
+            raise TooLargeError(name, elements, s.max_tensor_elements, "tensor elements")
+    if p.flops > s.max_conv_flops:
+        raise TooLargeError("problem", p.flops, s.max_conv_flops, "convolution flops")
+
+
+def _tune(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
+    s = state.settings
+    backend, device = body.backend or s.default_backend, body.device or s.default_device
+    if backend not in backends.BACKENDS:
+        raise InvalidProblemError("backend", backend,
+                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    ready = backends.available(backend)
+    if not ready.ok:
+        raise BackendUnavailableError(ready.reason, backend=backend)
+    db, note = _database(state)
+    started = time.perf_counter()
+    entry = None if body.retune or db is None else db.lookup(
+        problem, backend, device_identity(backend, device))
+    if entry is not None:
+        view = {"cached": True, "complete": True, "recorded": True, "note": None,
+                "winner": entry.winner, "tie": list(entry.tie),
+                "timings": dict(entry.timings), "device": dict(entry.device)}
+    else:
+        m = measure(problem, backend, device, rules=state.loaded_rules(),
+                    budget_s=body.budget_s)
+        recorded, note = _record(db, m, note)
+        view = {"cached": False, "complete": m.complete, "recorded": recorded, "note": note,
+                "winner": m.winner, "tie": list(m.tie), "device": dict(m.device),
+                "timings": {**m.timings, **{k: {"skipped": v} for k, v in m.skipped.items()}}}
+    sel = select(problem, body.target or s.default_target, rules=state.loaded_rules(),
+                 policy="measured", backend=backend, device=device,
+                 db=db if db is not None else s.tuning_db)
+    return {"problem": problem.to_dict(), "backend": backend, **view,
+            "elapsed_s": round(time.perf_counter() - started, 3), "selection": sel.to_dict()}
+
+
+def _database(state: ServiceState) -> tuple[TuningDB | None, str | None]:
+    try:
+        return open_db(state.settings.tuning_db), None
+    except TuningDatabaseError as exc:
+        return None, f"not recorded: {exc}"
+
+
+def _record(db: TuningDB | None, m: Measurement, note: str | None) -> tuple[bool, str | None]:
+    if db is None:
+        return False, note
+    if not m.complete:
+        return False, (f"not recorded: the time budget ran out before "
+                       f"{', '.join(m.untimed)} were timed fully")
+    try:
+        db.record(m.entry())
+    except TuningDatabaseError as exc:
+        return False, f"not recorded: {exc}"
+    return True, None

@@ -1,0 +1,113 @@
+"""POST /v1/tune, GET /v1/tuning and the database in /readyz (TestClient, small problems)."""
+
+from __future__ import annotations
+
+import pytest
+from service_support import assert_error, client_for
+
+from service.routes import tuning as tuning_route
+
+SMALL = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
+
+
+@pytest.fixture
+def db_path(tmp_path, monkeypatch):
+    path = tmp_path / "tuning.sqlite"
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(path))   # the library's default, too
+    return path
+
+
+@pytest.fixture
+def client(db_path):
+    with client_for(tuning_db=db_path) as c:
+        yield c
+
+
+def test_tune_measures_records_and_then_answers_from_the_database(client):
+    r = client.post("/v1/tune", json={"problem": SMALL, "budget_s": 20})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["cached"], body["complete"], body["recorded"]) == (False, True, True)
+    assert body["winner"] or body["tie"]
+    assert "median_s" in body["timings"]["im2col_gemm"]
+    assert body["selection"]["source"] == "tuning-db"
+    again = client.post("/v1/tune", json={"problem": SMALL}).json()
+    assert again["cached"] and again["timings"] == body["timings"]
+    select = client.post("/v1/select", json={"problem": SMALL, "policy": "measured"}).json()
+    assert select["source"] == "tuning-db" and select["measurement"]["timings"]
+
+
+def test_tuning_lists_what_the_database_holds(client):
+    assert client.get("/v1/tuning").json()["count"] == 0
+    client.post("/v1/tune", json={"problem": SMALL})
+    listed = client.get("/v1/tuning").json()
+    assert listed["count"] == 1 and listed["entries"][0]["current"] is True
+    assert listed["entries"][0]["problem"]["h"] == 6
+    assert client.get("/v1/tuning", params={"backend": "opencl"}).json()["count"] == 0
+    assert_error(client.get("/v1/tuning", params={"limit": 0}), 422, "validation_error")
+
+
+def test_a_second_tuning_meanwhile_is_refused_with_retry_after(client):
+    assert tuning_route._running.acquire(blocking=False)
+    try:
+        r = client.post("/v1/tune", json={"problem": SMALL})
+    finally:
+        tuning_route._running.release()
+    assert_error(r, 503, "busy")
+    assert int(r.headers["Retry-After"]) >= 1
+    assert "already running" in r.json()["message"]
+
+
+def test_a_spent_budget_returns_the_measurement_unrecorded(client, monkeypatch):
+    real = tuning_route.measure
+    monkeypatch.setattr(tuning_route, "measure",
+                        lambda *a, **kw: real(*a, **{**kw, "budget_s": -1.0}))
+    body = client.post("/v1/tune", json={"problem": SMALL}).json()
+    assert (body["complete"], body["recorded"]) == (False, False)
+    assert "time budget" in body["note"]
+    assert client.get("/v1/tuning").json()["count"] == 0
+
+
+@pytest.mark.parametrize("change, status, code, field", [
+    ({"budget_s": 0}, 422, "validation_error", "body.budget_s"),
+    ({"budget_s": 1e6}, 422, "validation_error", "body.budget_s"),
+    ({"backend": "cuda"}, 422, "invalid_problem", "backend"),
+    ({"problem": {**SMALL, "dtype": "QASYMM8"}}, 422, "unsupported", None),
+    ({"problem": {**SMALL, "h": 100000, "w": 100000}}, 413, "too_large", "x"),
+    ({"problem": {**SMALL, "kh": 9}}, 422, "invalid_problem", "problem.h/w"),
+])
+def test_bad_requests_name_the_field(client, change, status, code, field):
+    assert_error(client.post("/v1/tune", json={"problem": SMALL, **change}), status, code,
+                 field)
+
+
+def test_readyz_reports_the_database(client):
+    detail = client.get("/readyz").json()["detail"]["tuning"]
+    assert detail["ok"] and detail["available"] and detail["writable"]
+    assert detail["entries"] == 0
+
+
+def test_a_broken_database_keeps_the_service_answering_with_the_rules(tmp_path, monkeypatch):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database" * 100)
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(junk))
+    with client_for(tuning_db=junk) as c:
+        ready = c.get("/readyz")
+        assert ready.status_code == 200
+        detail = ready.json()["detail"]["tuning"]
+        assert detail["available"] is False and "junk.sqlite" in detail["reason"]
+        sel = c.post("/v1/select", json={"problem": SMALL, "policy": "measured"}).json()
+        assert sel["source"] == "rules" and sel["trace"][-1]["id"] == "measured.db-unavailable"
+        assert_error(c.get("/v1/tuning"), 503, "tuning_database_unavailable")
+        body = c.post("/v1/tune", json={"problem": SMALL}).json()
+        assert body["recorded"] is False and "junk.sqlite" in body["note"]
+
+
+def test_an_uncreatable_path_is_reported_unavailable(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    path = blocker / "tuning.sqlite"
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(path))
+    with client_for(tuning_db=path) as c:
+        detail = c.get("/readyz").json()["detail"]["tuning"]
+        assert detail["available"] is False and "cannot create" in detail["reason"]
