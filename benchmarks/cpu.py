@@ -1,7 +1,8 @@
 """Time every numpy algorithm on the layers of a net, side by side with PyTorch CPU.
 
     python benchmarks/cpu.py --net resnet50 [--net vgg16 ...] [--algorithm winograd ...]
-        [--repeats 15] [--threads 2] [--clock wall] [--no-torch] [--out results/cpu-resnet50.json]
+        [--repeats 15] [--threads 2] [--clock wall] [--wait-idle 0.9] [--no-torch]
+        [--out results/cpu-resnet50.json]
 
 Each algorithm is timed in its prepared form (``op.run(x)``: weights already transformed, as
 torch's are ready too); torch runs ``torch.nn.functional.conv2d`` on channels_last tensors
@@ -78,6 +79,27 @@ def torch_runner(p: ConvProblem, x: np.ndarray, w: np.ndarray, b: np.ndarray) ->
     return run
 
 
+def _cpu_idle(interval: float = 0.5) -> float:
+    """Fraction of the machine's CPU time that was idle over ``interval`` (Linux)."""
+    def sample() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return fields[3] + fields[4], sum(fields)
+    idle0, total0 = sample()
+    time.sleep(interval)
+    idle1, total1 = sample()
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_until_idle(threshold: float, patience: float) -> float:
+    """Wait (at most ``patience`` s) until other processes leave the CPUs ``threshold``
+    idle, so a shared machine's load does not land on one layer; returns the idle seen."""
+    deadline = time.monotonic() + patience
+    idle = _cpu_idle()
+    while idle < threshold and time.monotonic() < deadline:
+        idle = _cpu_idle()
+    return idle
+
+
 def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str, Any]:
     p = layer.problem
     rng = np.random.default_rng(0)
@@ -93,6 +115,7 @@ def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str
         runners["torch"] = torch_runner(p, x, w, b)
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     samples: dict[str, list[float]] = {label: [] for label in runners}
+    idle = wait_until_idle(args.wait_idle, args.patience) if args.wait_idle else None
     for run in runners.values():
         run()   # warm-up: page faults, BLAS buffers, torch's first-call dispatch
     for _ in range(args.repeats):
@@ -105,7 +128,7 @@ def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str
     best = min(ours, key=ours.__getitem__) if ours else None
     return {"net": layer.net, "name": layer.name, "problem": p.to_dict(), "flops": p.flops,
             "median_s": median, "samples_s": samples, "workspace_bytes": workspace,
-            "fastest": best, "torch_s": median.get("torch"),
+            "fastest": best, "torch_s": median.get("torch"), "idle_before": idle,
             "ratio_to_torch": (median[best] / median["torch"]) if best and "torch" in median
             else None}
 
@@ -180,6 +203,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     "machine but meaningful only single-threaded (--threads 1 with "
                     "OPENBLAS_NUM_THREADS=1)")
     ap.add_argument("--limit", type=int, help="only the first N layers")
+    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="FRACTION",
+                    help="before each layer, wait until the CPUs are this idle (e.g. 0.9) "
+                    "on a machine shared with other work")
+    ap.add_argument("--patience", type=float, default=120.0,
+                    help="longest wait for --wait-idle, seconds")
     ap.add_argument("--out", type=Path, help="JSON output (default: results/cpu-<nets>.json)")
     return ap.parse_args(argv)
 
