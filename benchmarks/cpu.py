@@ -140,13 +140,14 @@ def _cell(result: dict[str, Any], label: str) -> str:
 
 def print_tables(results: list[dict[str, Any]], labels: list[str]) -> None:
     head = f"{'layer':38} " + " ".join(f"{lb[:11]:>11}" for lb in labels)
-    print("GFLOP/s (median)\n" + head + f" {'fastest':>14} {'best ms':>8} {'torch ms':>8} ratio")
+    print("GFLOP/s (median)\n" + head + f" {'fastest':>14} {'best ms':>8} {'torch ms':>8} ratio  idle")
     for r in results:
         best_ms = r["median_s"][r["fastest"]] * 1e3 if r["fastest"] else float("nan")
         torch_ms = f"{r['torch_s'] * 1e3:8.3f}" if r["torch_s"] else "       -"
         ratio = f"{r['ratio_to_torch']:5.2f}" if r["ratio_to_torch"] else "    -"
+        idle = f"{r['idle_before']:5.2f}" if r["idle_before"] is not None else "    -"
         print(f"{r['name'][:38]:38} " + " ".join(f"{_cell(r, lb):>11}" for lb in labels)
-              + f" {r['fastest']!s:>14} {best_ms:8.3f} {torch_ms} {ratio}")
+              + f" {r['fastest']!s:>14} {best_ms:8.3f} {torch_ms} {ratio} {idle}")
     print("\nworkspace (KiB)\n" + f"{'layer':38} "
           + " ".join(f"{lb[:11]:>11}" for lb in labels if lb != "torch"))
     for r in results:
