@@ -126,3 +126,15 @@ def test_report_writes_table_json_and_pngs(env, capsys):
     assert doc["per_net"]["other"]["measured"]["tuned_layers"] == 0
     for name in ("layers-tiny.png", "layers-other.png", "regret.png"):
         assert (out_dir / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tune_then_select_measured_with_the_real_kernels(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(tmp_path / "real.sqlite"))
+    flags = ["--h", "6", "--w", "6", "--c", "4", "--k", "4", "--kernel", "3", "--pad", "1"]
+    assert main(["tune", *FAST, *flags]) == 0
+    capsys.readouterr()
+    assert main(["select", "--policy", "measured", "--json", *flags]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["source"] == "tuning-db" and answer["trace"][-1]["fired"]
+    timed = {k for k, v in answer["measurement"]["timings"].items() if "median_ms" in v}
+    assert {"im2col_gemm", "direct", "winograd:4x4", "indirect_gemm", "fft"} <= timed
