@@ -108,9 +108,17 @@ def _layers_png(report: Report, net: str, path: Path) -> Path:
     ax.grid(axis="x", which="both", alpha=0.3)
     ax.set_title(f"{net}: time of each algorithm per layer ({report.backend}, "
                  f"{report.device.get('name', '?')}); ○ ACL's pick, ▼ measured policy's pick")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: _legend_rank(labels[i]))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.savefig(path, dpi=110)
     return path
+
+
+def _legend_rank(label: str) -> int:
+    names = list(_ALGORITHM_COLOURS)
+    return names.index(label) if label in names else len(names)
 
 
 def _minor_label(value: float, _: int) -> str:
