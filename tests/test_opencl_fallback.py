@@ -6,13 +6,12 @@ from __future__ import annotations
 import importlib.util
 import warnings
 
-import numpy as np
 import pytest
 from opencl_support import assert_matches_reference, data, opencl_runtime
 
 from convsel import ops
 from convsel.acl.verdict import failed
-from convsel.errors import FallbackWarning, KernelBuildError
+from convsel.errors import FallbackWarning
 from convsel.problem import ConvProblem
 
 pytest.importorskip("pyopencl")
@@ -21,7 +20,7 @@ from convsel.backends import (
     IMPLEMENTATIONS,
     opencl,
 )
-from convsel.backends.opencl import direct, program
+from convsel.backends.opencl import direct
 
 pytestmark = pytest.mark.opencl
 
@@ -75,18 +74,3 @@ def test_opencl_runs_when_it_can():
         op = ops.prepare(P, w, b, algorithm="direct", backend="opencl")
     assert op.backend == "opencl" and op.fallback is None
     assert_matches_reference(P, x, w, b, op.run(x))
-
-
-def test_native_half_needs_cl_khr_fp16():
-    """Forcing native half arithmetic on a device without the extension fails to build,
-    with the compiler's log; that is why native half is only chosen with cl_khr_fp16."""
-    rt = opencl_runtime()
-    if rt.fp16:
-        pytest.skip("this device has cl_khr_fp16: the native path is tested in test_opencl_f16")
-    p = P.replace(dtype="F16")
-    options = tuple(program.dtype_options(p, rt, half="native") + ["-DTK=1", "-DTW=1"]
-                    + program.activation_options(p) + program.geometry_options(p))
-    with pytest.raises(KernelBuildError) as info:
-        rt.program(program.program_source("direct"), options)
-    assert "half" in info.value.log
-    assert np.all([o != "-DHALF_NATIVE" for o in program.dtype_options(p, rt)])

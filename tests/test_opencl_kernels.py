@@ -12,6 +12,7 @@ from opencl_support import assert_matches_reference, data, opencl_runtime
 from convsel import ops
 from convsel.activation import KINDS, parse_activation
 from convsel.algorithms import winograd_tiles
+from convsel.errors import KernelBuildError
 from convsel.problem import ConvProblem
 from convsel.rules import load_rules
 
@@ -122,6 +123,20 @@ def test_f16_native_path(rt, algorithm, p):
     x, w, b = data(p, seed=4)
     y = MODULES[algorithm].prepare(p, w, b, {}, rt).run(x)
     assert_matches_reference(p, x, w, b, y, winograd=algorithm == "winograd")
+
+
+def test_forced_native_half_without_the_extension_fails_to_build(rt, monkeypatch):
+    """Why native half is never chosen without cl_khr_fp16: the device cannot build (or
+    create) such kernels, and the KernelBuildError says so with the options it was given."""
+    if rt.fp16:
+        pytest.skip("this device has cl_khr_fp16: test_f16_native_path runs the native path")
+    monkeypatch.setattr(program, "half_mode", lambda p, runtime: "native")
+    algorithm, p = _f16_cases()[0]
+    _, w, b = data(p, seed=4)
+    with pytest.raises(KernelBuildError) as info:
+        MODULES[algorithm].prepare(p, w, b, {}, rt)
+    assert info.value.log
+    assert "-DHALF_NATIVE" in info.value.options or "cannot be created" in str(info.value)
 
 
 def test_native_half_is_chosen_only_with_the_extension(monkeypatch):

@@ -218,3 +218,16 @@ def test_run_checks_the_input_shape(rt):
     kernel = direct.prepare(P, w, b, {}, rt)
     with pytest.raises(InvalidProblemError, match="NHWC shape"):
         kernel.run(np.zeros((1, 2, 3, 4), np.float32))
+
+
+def test_a_kernel_missing_from_its_program_is_a_build_error(rt):
+    from convsel.backends.opencl.prepared import bind
+
+    program = rt.program(SOURCE, ("-DFACTOR=2.0f",))
+    with pytest.raises(KernelBuildError, match="no_such_kernel cannot be created"):
+        bind(program, "no_such_kernel", [])
+
+
+def test_an_allocation_the_driver_refuses_is_unsupported(rt):
+    with pytest.raises(UnsupportedError, match="cannot allocate"):
+        rt.buffer(rt.max_alloc + 1)

@@ -16,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 
 from ...acl.verdict import Verdict, failed, passed
-from ...errors import InvalidProblemError, UnsupportedError
+from ...errors import InvalidProblemError, KernelBuildError, UnsupportedError
 from ...problem import ConvProblem
 from .runtime import KernelLaunchError, Runtime
 
@@ -83,8 +83,12 @@ def bias_options(bias: np.ndarray | None) -> list[str]:
 def bind(program: cl.Program, name: str, args: Sequence[Any]) -> cl.Kernel:
     """A fresh kernel object (each prepared conv owns its arguments) with ``args`` bound;
     Python ints become cl_int."""
-    kernel = cl.Kernel(program, name)
-    kernel.set_args(*[np.int32(a) if isinstance(a, (int, np.integer)) else a for a in args])
+    try:
+        kernel = cl.Kernel(program, name)
+        kernel.set_args(*[np.int32(a) if isinstance(a, (int, np.integer)) else a for a in args])
+    except cl.Error as exc:   # a program that built but holds no usable kernel of that name
+        raise KernelBuildError(f"kernel {name} cannot be created from its built program",
+                               log=str(exc)) from exc
     return kernel
 
 

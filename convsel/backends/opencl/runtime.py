@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyopencl as cl
 
-from ...errors import BackendUnavailableError, ConvselError, InvalidProblemError, KernelBuildError
+from ...errors import (
+    BackendUnavailableError,
+    ConvselError,
+    InvalidProblemError,
+    KernelBuildError,
+    UnsupportedError,
+)
 from .cache import RuntimeCache, capacity_from_env, program_key
 
 if TYPE_CHECKING:
@@ -157,15 +163,15 @@ class Runtime:
         return self.cache.get_or_create(key, lambda: self._build(source, options))
 
     def _build(self, source: str, options: tuple[str, ...]) -> cl.Program:
-        program = cl.Program(self.context, source)
         try:
             with warnings.catch_warnings():   # a non-empty log is a warning in pyopencl
                 warnings.simplefilter("ignore", cl.CompilerWarning)
-                return program.build(options=list(options))
+                return cl.Program(self.context, source).build(options=list(options))
         except cl.Error as exc:
-            log = _build_log(program, self.device) or str(exc)
+            # pyopencl's message holds the device's build log (asking the program for it
+            # afterwards would defeat pyopencl's binary cache and warn).
             raise KernelBuildError(f"OpenCL build failed on {self.identity['name']} with "
-                                   f"options {' '.join(options)}", log=log,
+                                   f"options {' '.join(options)}", log=str(exc).strip(),
                                    options=options) from exc
 
     # -- memory -----------------------------------------------------------------------
@@ -187,11 +193,18 @@ class Runtime:
         return None
 
     def buffer(self, nbytes: int, host: np.ndarray | None = None) -> cl.Buffer:
+        """A device buffer of ``nbytes``, or holding a copy of ``host``; an allocation the
+        driver refuses is an UnsupportedError (the fallback chain takes over)."""
         mf = cl.mem_flags
-        if host is not None:
-            return cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR,
-                             hostbuf=np.ascontiguousarray(host))
-        return cl.Buffer(self.context, mf.READ_WRITE, size=max(int(nbytes), 1))
+        try:
+            if host is not None:
+                return cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR,
+                                 hostbuf=np.ascontiguousarray(host))
+            return cl.Buffer(self.context, mf.READ_WRITE, size=max(int(nbytes), 1))
+        except cl.Error as exc:
+            size = host.nbytes if host is not None else nbytes
+            raise UnsupportedError(f"{self.identity['name']} cannot allocate {size} bytes: "
+                                   f"{exc}", backend="opencl") from exc
 
     # -- launches ---------------------------------------------------------------------
     def enqueue(self, kernel: cl.Kernel, gws: tuple[int, int, int],
@@ -225,13 +238,6 @@ class Runtime:
                 pass          # the old queue may be in an error state: that is why we are here
             self.queue = self._new_queue()
             self.recoveries += 1
-
-
-def _build_log(program: cl.Program, device: cl.Device) -> str:
-    try:
-        return str(program.get_build_info(device, cl.program_build_info.LOG)).strip()
-    except (cl.Error, AttributeError):
-        return ""
 
 
 _RUNTIMES: dict[int, Runtime] = {}
