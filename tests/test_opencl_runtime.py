@@ -231,3 +231,12 @@ def test_a_kernel_missing_from_its_program_is_a_build_error(rt):
 def test_an_allocation_the_driver_refuses_is_unsupported(rt):
     with pytest.raises(UnsupportedError, match="cannot allocate"):
         rt.buffer(rt.max_alloc + 1)
+
+
+def test_describe_reports_a_bad_setting_instead_of_raising(rt, monkeypatch):
+    monkeypatch.setenv(rtmod.DEVICE_ENV, "0:99")
+    monkeypatch.setenv(tuner.MODE_ENV, "sometimes")
+    monkeypatch.setattr(tuner, "_DEFAULT", None)
+    info = opencl.describe()
+    assert info["default_device"] is None and "0:99" in info["device_error"]
+    assert tuner.MODE_ENV in info["tuner"]["error"]

@@ -73,6 +73,7 @@ def describe() -> dict[str, Any]:
         return out
     import pyopencl as cl
 
+    from ...errors import ConvselError
     from .runtime import choose_device, program_cache, runtimes
     from .tuner import default_tuner
 
@@ -91,7 +92,10 @@ def describe() -> dict[str, Any]:
         out["default_device"] = None
         out["device_error"] = str(exc)
     out["cache"] = program_cache().stats().to_dict()
-    out["tuner"] = default_tuner().describe()
+    try:
+        out["tuner"] = default_tuner().describe()
+    except ConvselError as exc:    # a bad $CONVSEL_CL_TUNER is reported, not raised
+        out["tuner"] = {"error": str(exc)}
     out["runtimes"] = [{"device": rt.identity["name"], "recoveries": rt.recoveries}
                        for rt in runtimes()]
     return out
