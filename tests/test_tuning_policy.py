@@ -141,7 +141,7 @@ def test_race_prunes_hopeless_candidates_and_respects_the_budget():
     race = Race(Settings(warmup=0, min_runs=30, min_time=0.0, rounds=3, prune_factor=-1.0))
     race.enter("slow", lambda: None)
     race.run()
-    assert race.stats()["slow"]["runs"] == 10 and race.stats()["slow"]["pruned"]  # 1 round
+    assert race.stats()["slow"]["runs"] == 20 and race.stats()["slow"]["pruned"]  # 2 rounds
     spent = Race(Settings(warmup=0, min_runs=5, min_time=0.0), budget_s=-1.0)
     spent.enter("a", lambda: None)
     spent.run()

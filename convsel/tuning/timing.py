@@ -1,15 +1,16 @@
 """Time several runnable candidates fairly on a noisy, shared machine.
 
 Each candidate gets its warm-up runs as it arrives (:meth:`Race.enter`); one whose first run
-is hopelessly slow, and the next one too, stops there. :meth:`Race.run` then times the rest in ``rounds``: in each
-round every candidate runs a *block* of consecutive timed runs, its share of ``min_runs`` and
-``min_time``. Blocks keep a candidate's thread pool (BLAS) hot, as it is when a layer runs;
-rounds spread each candidate over the whole measurement, so a burst of load from another
-process does not land on one candidate only. A fast candidate starts each block with one
-untimed run, which absorbs waking its threads up (on a busy 2-core machine a sleeping BLAS
-thread waits for the scheduler's next tick: 4-8 ms, more than the whole convolution). After each round a candidate whose
-*fastest* run is ``prune_factor`` times slower than the best median leaves: contention only
-adds time, so it cannot win or tie.
+is hopelessly slow, and the next one too, stops there. :meth:`Race.run` then times the rest
+in ``rounds``: in each round every candidate runs a *block* of consecutive timed runs, its
+share of ``min_runs`` and ``min_time``. Blocks keep a candidate's thread pool (BLAS) hot, as
+it is when a layer runs; rounds spread each candidate over the whole measurement, so a burst
+of load from another process does not land on one candidate only. A fast candidate starts
+each block with one untimed run, which absorbs waking its threads up (on a busy 2-core
+machine a sleeping BLAS thread waits for the scheduler's next tick: 4-8 ms, more than the
+whole convolution). A candidate whose *fastest* run is ``prune_factor`` times slower than the
+best median in two rounds leaves: contention only adds time, so it cannot win or tie (one
+slow round alone may be another process's burst).
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ class Settings:
     """How long to time each candidate (totals over all rounds)."""
 
     warmup: int = 1
-    min_runs: int = 6
-    min_time: float = 0.06
-    max_runs: int = 90
-    rounds: int = 3
+    min_runs: int = 8
+    min_time: float = 0.08
+    max_runs: int = 96
+    rounds: int = 4
     seed: int = 0
     prune_factor: float = 3.0
 
@@ -46,6 +47,8 @@ class _Lane:
     run: Callable[[], Any]
     times: list[float] = field(default_factory=list)
     first: float = math.inf     # the warm-up run, the only estimate before the first block
+    block_start: int = 0        # index in times where this round's block began
+    slow_rounds: int = 0
     pruned: bool = False
     done: bool = False
 
@@ -114,6 +117,7 @@ class Race:
         share = number / max(1, s.rounds)
         runs_due = min(math.ceil(s.min_runs * share), math.ceil(s.max_runs * share))
         time_due = s.min_time * share
+        lane.block_start = len(lane.times)
         try:
             if lane.fast:
                 lane.run()
@@ -127,11 +131,17 @@ class Race:
             del self.lanes[label]
 
     def _prune(self, active: list[str]) -> None:
+        """A candidate whose fastest run of this round is ``prune_factor`` times the best
+        median, for the second round, leaves: one slow round can be another process's burst
+        landing on its whole block."""
         best = min((lane.median for lane in self.lanes.values()), default=math.inf)
         for label in active:
             lane = self.lanes.get(label)
-            if lane is not None and lane.times and min(lane.times) > \
-                    self.settings.prune_factor * best:
+            if lane is None or not lane.times[lane.block_start:]:
+                continue
+            if min(lane.times[lane.block_start:]) > self.settings.prune_factor * best:
+                lane.slow_rounds += 1
+            if lane.slow_rounds >= 2:
                 lane.done = lane.pruned = True
                 lane.run = _nothing
 
