@@ -106,8 +106,9 @@ def _layers_png(report: Report, net: str, path: Path) -> Path:
     ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel("median time per run (ms, log scale)")
     ax.grid(axis="x", which="both", alpha=0.3)
-    ax.set_title(f"{net}: time of each algorithm per layer ({report.backend}, "
-                 f"{report.device.get('name', '?')}); ○ ACL's pick, ▼ measured policy's pick")
+    ax.set_title(f"{net}: median time of each algorithm per layer\n{report.backend} on "
+                 f"{report.device.get('name', '?')}; ○ ACL's pick, ▼ measured policy's pick",
+                 fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: _legend_rank(labels[i]))
     ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
