@@ -26,7 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def build_parser() -> argparse.ArgumentParser:
     from .._version import __version__
 
-    parser = argparse.ArgumentParser(prog="convsel", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="convsel", description="Convolution algorithm selection: ACL's rules, explained, "
+        "executed, measured and served.")
     parser.add_argument("--version", action="version", version=f"convsel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
