@@ -102,7 +102,7 @@ def wait_until_idle(threshold: float, patience: float) -> float:
 
 
 def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str, Any]:
-    p = layer.problem
+    p = layer.problem if not args.batch else layer.problem.replace(n=args.batch)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(np.float32)
     w = rng.standard_normal(p.weights_shape).astype(np.float32)
@@ -225,6 +225,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     "machine but meaningful only single-threaded (--threads 1 with "
                     "OPENBLAS_NUM_THREADS=1)")
     ap.add_argument("--limit", type=int, help="only the first N layers")
+    ap.add_argument("--batch", type=int, help="run every layer with this batch size")
+    ap.add_argument("--name", action="append", help="only layers whose name contains this")
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="FRACTION",
                     help="before each layer, wait until the CPUs are this idle (e.g. 0.9) "
                     "on a machine shared with other work")
@@ -248,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     layers, notes = load_layers(args.layers, args.net)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
+    if args.name:
+        layers = [ly for ly in layers if any(part in ly.name for part in args.name)]
     layers = layers[: args.limit] if args.limit else layers
     rules = default_rules()
     results = []
