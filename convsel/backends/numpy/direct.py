@@ -10,21 +10,19 @@ Depthwise convolution (one input channel per group) is an elementwise multiply-a
 which is what MobileNet's layers need: the tap's weights are pre-tiled along a whole output
 row so that, at unit stride, each multiply runs over long contiguous rows instead of
 broadcasting C values. Other grouped problems contract each group's channels with einsum.
-Elementwise numpy runs on one core (BLAS does not help), so those bands are spread over a
-thread pool; dense bands are not, as the BLAS already uses every core.
+(Spreading depthwise bands over a thread pool was tried and was slower: the per-tap numpy
+operations are short and memory-bound, and the threads contend for the GIL between them.)
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ...acl.verdict import Verdict
 from ...problem import ConvProblem
-from .common import ITEM, WORKERS, Prepared, as_f32, check_x, float_only, new_output
+from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
 
 BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays in L2)
@@ -32,11 +30,6 @@ BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays 
 
 def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
     return float_only(p, "direct")
-
-
-@lru_cache(maxsize=1)
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="convsel-direct")
 
 
 def _valid(out: int, stride: int, before: int, offset: int, size: int) -> tuple[int, int]:
@@ -62,10 +55,8 @@ class Direct(Prepared):
             self.taps = as_f32(w[..., 0].reshape(g, kg, p.kh, p.kw).transpose(2, 3, 0, 1))
         else:
             self.taps = as_f32(w.reshape(g, kg, p.kh, p.kw, cg).transpose(2, 3, 0, 4, 1))
-        self.threads = 1 if g == 1 else WORKERS
-        self.band = max(1, min(BAND_ELEMENTS // (p.out_w * p.k),    # output rows per band,
-                               -(-p.out_h // self.threads)))        # one band per thread at least
-        band_elements = min(self.band, p.out_h) * p.out_w * p.k * self.threads
+        self.band = max(1, BAND_ELEMENTS // (p.out_w * p.k))   # output rows per band
+        band_elements = min(self.band, p.out_h) * p.out_w * p.k
         f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
         super().__init__(p, bias, band_elements * ITEM + f16_copy)
         sy, sx = p.stride
@@ -77,12 +68,9 @@ class Direct(Prepared):
         p = self.problem
         x = self.float32(check_x(p, x))
         y = new_output((p.n, p.out_h, p.out_w, p.k))
-        bands = [(n, top) for n in range(p.n) for top in range(0, p.out_h, self.band)]
-        if self.threads > 1 and len(bands) > 1:
-            list(_pool().map(lambda band: self._band(x, y, *band), bands))
-        else:
-            for band in bands:
-                self._band(x, y, *band)
+        for n in range(p.n):
+            for top in range(0, p.out_h, self.band):
+                self._band(x, y, n, top)
         return finish(p, y, self.bias)
 
     def _band(self, x: np.ndarray, y: np.ndarray, n: int, top: int) -> None:
