@@ -27,6 +27,7 @@ from tolerances import tolerance
 from convsel import algorithms, backends
 from convsel.activation import KINDS
 from convsel.backends.numpy import common as numpy_common
+from convsel.ops import prepare
 from convsel.problem import ConvProblem
 from convsel.reference import conv2d_reference
 from convsel.rules import default_rules
@@ -194,6 +195,34 @@ def test_random_problems(algorithm: str, backend: str) -> None:
             assert failure is None, failure
 
     one()
+
+
+_LAYOUT_AXES = {"OHWI": (0, 1, 2, 3), "HWIO": (1, 2, 3, 0), "OIHW": (0, 3, 1, 2)}
+
+
+@pytest.mark.filterwarnings("error::convsel.errors.FallbackWarning")
+@pytest.mark.parametrize(("algorithm", "backend"), PAIRS, ids=PAIR_IDS)
+def test_public_path_layouts_bias_and_activations(algorithm: str, backend: str) -> None:
+    """Through convsel.prepare: every weights layout, NHWC and NCHW, each activation kind
+    in turn; a fallback to another backend is an error here."""
+    impl = implementation(algorithm, backend)
+    kernel = (1, 1) if algorithm == "gemm_1x1" else (3, 3)
+    kinds = sorted(KINDS)
+    cases = [(wl, layout) for wl in _LAYOUT_AXES for layout in ("NHWC", "NCHW")]
+    for i, (weights_layout, layout) in enumerate(cases):
+        p = ConvProblem(2, 7, 9, 5, 6, *kernel, pad=(1, 0, 1, 1) if kernel == (3, 3) else 0,
+                        layout=layout, activation=kinds[(i * 5 + len(algorithm)) % len(kinds)])
+        if not impl.module.supports(p, impl.runtime).ok:
+            continue
+        x, w, bias = random_data(p, i)
+        op = prepare(p, np.transpose(w, _LAYOUT_AXES[weights_layout]), bias,
+                     weights_layout=weights_layout, algorithm=algorithm, backend=backend)
+        x_in = x if layout == "NHWC" else np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+        y = op.run(x_in)
+        if layout == "NCHW":
+            y = y.transpose(0, 2, 3, 1)
+        err = np.abs(y - conv2d_reference(p, x, w, bias)).max() / error_scale(p, x, w, bias)
+        assert err <= tolerance(algorithm, "F32"), (weights_layout, layout, str(p), err)
 
 
 @pytest.mark.parametrize(("algorithm", "backend"), PAIRS, ids=PAIR_IDS)
