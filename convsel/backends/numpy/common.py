@@ -48,21 +48,6 @@ def as_f32(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=F32)
 
 
-def padded(x: np.ndarray, top: int, bottom: int, left: int, right: int) -> np.ndarray:
-    """``x`` (NHWC) with zero rows/columns added, as float32; no copy when there is no pad
-    and ``x`` is already float32. A negative ``bottom``/``right`` drops rows/columns that
-    no output reads."""
-    if bottom < 0 or right < 0:
-        x = x[:, : x.shape[1] + min(bottom, 0), : x.shape[2] + min(right, 0)]
-        bottom, right = max(bottom, 0), max(right, 0)
-    if not (top or bottom or left or right):
-        return as_f32(x)
-    n, h, w, c = x.shape
-    xp = np.zeros((n, h + top + bottom, w + left + right, c), dtype=F32)
-    xp[:, top:top + h, left:left + w] = x
-    return xp
-
-
 def padded_bytes(p: ConvProblem, extra_h: int = 0, extra_w: int = 0) -> int:
     """Bytes of the padded float32 copy of the input (zero when no padding is needed and
     the input is float32 already)."""
@@ -124,8 +109,10 @@ class Prepared:
 
     def padded(self, x: np.ndarray, top: int, bottom: int, left: int, right: int,
                ) -> np.ndarray:
-        """:func:`padded` into this thread's persistent buffer: the zero border is written
-        once, each run copies only the interior."""
+        """``x`` (NHWC) with zero rows/columns added, as float32, in this thread's persistent
+        buffer: the zero border is written once, each run copies only the interior. No copy
+        without padding when ``x`` is float32 already; a negative ``bottom``/``right`` drops
+        rows/columns that no output reads."""
         if bottom < 0 or right < 0:
             x = x[:, : x.shape[1] + min(bottom, 0), : x.shape[2] + min(right, 0)]
             bottom, right = max(bottom, 0), max(right, 0)
