@@ -31,12 +31,18 @@ def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
     return _nhwc(p, target, rules, verdicts, trace)
 
 
+def _flags(**terms: bool) -> str:
+    return ", ".join(f"{name}={'yes' if value else 'no'}" for name, value in terms.items())
+
+
 def _srgan(p: ConvProblem, rules: Rules, direct: Verdict, trace: Trace, rule_id: str) -> bool:
     s = rules.gpu.srgan
-    shape = (p.h > s.height_above and p.out_h > s.height_above and p.kh == s.kernel_height
-             and p.pad[0] < s.pad_top_below)
-    why = (f"src H={p.h}, dst H={p.out_h} (> {s.height_above}?), KH={p.kh} (== "
-           f"{s.kernel_height}?), pad_top={p.pad[0]} (< {s.pad_top_below}?)")
+    terms = {f"src H={p.h}>{s.height_above}": p.h > s.height_above,
+             f"dst H={p.out_h}>{s.height_above}": p.out_h > s.height_above,
+             f"KH={p.kh}=={s.kernel_height}": p.kh == s.kernel_height,
+             f"pad_top={p.pad[0]}<{s.pad_top_below}": p.pad[0] < s.pad_top_below}
+    shape = all(terms.values())
+    why = "SRGAN shape: " + _flags(**terms)
     if shape:
         why += f"; ClDirectConv2d::validate: {direct.reason}"
     return trace.rule(rule_id, shape and direct.ok, why + (" -> DIRECT" if shape and direct.ok
@@ -114,35 +120,44 @@ def _direct_family(p: ConvProblem, target: Target, rules: Rules, indirect: Verdi
     large_k = p.kw >= thr and p.kh >= thr
     ifm_ge_16 = p.c >= cfg.direct_min_ifm
     ofm_le_8 = p.k <= cfg.last_layer_max_ofm
-    workload = p.k * p.out_w * p.out_h >= cfg.workload_min
-    facts = (f"large_k={large_k} (thr {thr}), C>={cfg.direct_min_ifm}: {ifm_ge_16}, "
-             f"OFM<={cfg.last_layer_max_ofm}: {ofm_le_8}, workload={workload} "
-             f"(OFM*Wout*Hout={p.k * p.out_w * p.out_h})")
+    area = p.k * p.out_w * p.out_h
+    workload = area >= cfg.workload_min
+    terms = {f"large_k(>={thr})": large_k, f"C>={cfg.direct_min_ifm}": ifm_ge_16,
+             f"OFM<={cfg.last_layer_max_ofm}": ofm_le_8,
+             f"workload(OFM*Wout*Hout={area}>={cfg.workload_min})": workload}
     if old:
         fire = large_k and ifm_ge_16 and p.c > p.k
-        trace.rule("gpu.nhwc.direct.old_gpu", fire, f"old GPU {target.name}: needs large_k, "
-                   f"C>=16 and C>OFM; {facts}, C>OFM: {p.c > p.k}" + (" -> DIRECT" if fire
-                                                                      else ""))
+        trace.rule("gpu.nhwc.direct.old_gpu", fire, f"old GPU {target.name}: large_k and C>=16 "
+                   f"and C>OFM; {_flags(**terms, **{'C>OFM': p.c > p.k})}"
+                   + (" -> DIRECT" if fire else ""))
         return Decision("DIRECT", "gpu.nhwc.direct.old_gpu") if fire else None
     if target.name in cfg.g76_rule_targets:
         fire = (large_k and workload and ifm_ge_16) or (ofm_le_8 and ifm_ge_16)
         trace.rule("gpu.nhwc.direct.g76", fire, f"{target.name}: (large_k and workload and "
-                   f"C>=16) or (OFM<=8 and C>=16); {facts}" + (" -> DIRECT" if fire else ""))
+                   f"C>=16) or (OFM<=8 and C>=16); {_flags(**terms)}"
+                   + (" -> DIRECT" if fire else ""))
         return Decision("DIRECT", "gpu.nhwc.direct.g76") if fire else None
-    preferred, pref_why = _preferred(p, target, rules, indirect)
     unit = p.stride == (1, 1)
+    m_one = p.out_w * p.out_h == 1
+    first = {"workload": workload, f"C<{cfg.direct_min_ifm}": not ifm_ge_16,
+             "non-unit stride": not unit, f"OFM<{cfg.first_layer_ofm_below}":
+             p.k < cfg.first_layer_ofm_below}
+    large = {f"large_k(>={thr})": large_k, "1x1 output": m_one, "workload": workload,
+             f"C>={cfg.direct_min_ifm}": ifm_ge_16}
     rules_in_order = [
-        ("gpu.nhwc.direct.first_layer", workload and not ifm_ge_16 and not unit and
-         p.k < cfg.first_layer_ofm_below, f"first layer: workload, C<{cfg.direct_min_ifm}, "
-         f"non-unit stride, OFM<{cfg.first_layer_ofm_below}"),
-        ("gpu.nhwc.direct.large_kernel", (large_k or p.out_w * p.out_h == 1) and workload
-         and ifm_ge_16, "(large_k or a 1x1 output) and workload and C>=16"),
-        ("gpu.nhwc.direct.last_layer", ofm_le_8, f"last layer: OFM<={cfg.last_layer_max_ofm}"),
+        ("gpu.nhwc.direct.first_layer", all(first.values()),
+         f"first layer: all of {_flags(**first)}"),
+        ("gpu.nhwc.direct.large_kernel", (large_k or m_one) and workload and ifm_ge_16,
+         f"(large_k or 1x1 output) and workload and C>=16: {_flags(**large)}"),
+        ("gpu.nhwc.direct.last_layer", ofm_le_8,
+         f"last layer: OFM={p.k} <= {cfg.last_layer_max_ofm}? {'yes' if ofm_le_8 else 'no'}"),
     ]
     for rule_id, fire, what in rules_in_order:
-        if trace.rule(rule_id, fire, f"{what}; {facts}; {pref_why}"
-                      + (f" -> {preferred}" if fire else "")):
+        if fire:
+            preferred, why = _preferred(p, target, rules, indirect)
+            trace.rule(rule_id, True, f"{what} -> {preferred} ({why})")
             return Decision(preferred, rule_id)
+        trace.rule(rule_id, False, what)
     return None
 
 
