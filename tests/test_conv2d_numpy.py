@@ -168,3 +168,20 @@ def test_prepared_run_checks_x() -> None:
         with pytest.raises(InvalidProblemError) as info:
             op.run(bad)
         assert info.value.field == "x"
+
+
+@pytest.mark.parametrize(("algorithm", "problem"), [
+    ("im2col_gemm", ConvProblem(2, 13, 11, 5, 6, 3, 3, stride=(2, 1), pad=(1, 0, 1, 1))),
+    ("im2col_gemm", ConvProblem(2, 13, 11, 6, 6, 3, 3, pad=1, groups=3)),
+    ("winograd", ConvProblem(2, 15, 11, 5, 6, 3, 3, pad=(1, 0, 1, 1))),
+    ("fft", ConvProblem(2, 40, 23, 3, 4, 3, 3, stride=(3, 2), pad=(1, 2, 0, 1))),
+])
+def test_big_problems_run_in_pieces(monkeypatch, algorithm, problem) -> None:
+    """Under a tiny workspace cap every algorithm that bands its work still writes every
+    output (NaN-filled buffer) and reports a workspace within reach of the cap."""
+    full = prepare(problem, np.zeros(problem.weights_shape, np.float32), algorithm=algorithm)
+    monkeypatch.setattr(numpy_common, "WORKSPACE_CAP", 2048)
+    x, w, b = _data(problem.input_shape, problem.weights_shape, seed=5)
+    op = prepare(problem, w, b, algorithm=algorithm)
+    assert op.workspace_bytes < full.workspace_bytes
+    _close(op.run(x), conv2d_reference(problem, x, w, b), algorithm)

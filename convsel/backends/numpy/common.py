@@ -28,6 +28,30 @@ OUTPUT_FILL: float | None = None
 
 WORKERS = os.cpu_count() or 1
 
+# Largest per-piece buffer (bytes) an algorithm allocates: a bigger problem is processed in
+# pieces (rows of output of one image) so that im2col of a 1080p 9x9 layer is not a 40 GiB
+# matrix. ResNet/MobileNet-sized layers fit in one piece, i.e. one GEMM.
+WORKSPACE_CAP = 64 << 20
+
+
+def pieces(n: int, rows: int, row_bytes: int, cap: int | None = None,
+           ) -> list[tuple[slice, slice]]:
+    """(images, rows) pieces whose buffers (``row_bytes`` per row) stay under ``cap``: the
+    whole batch when it fits, else bands of rows of one image at a time."""
+    cap = WORKSPACE_CAP if cap is None else cap
+    if n * rows * row_bytes <= cap:
+        return [(slice(0, n), slice(0, rows))]
+    band = max(1, cap // max(1, row_bytes))
+    return [(slice(i, i + 1), slice(top, min(rows, top + band)))
+            for i in range(n) for top in range(0, rows, band)]
+
+
+def piece_bytes(n: int, rows: int, row_bytes: int) -> int:
+    """Bytes of the largest piece :func:`pieces` makes."""
+    first_images, first_rows = pieces(n, rows, row_bytes)[0]
+    return ((first_images.stop - first_images.start) * (first_rows.stop - first_rows.start)
+            * row_bytes)
+
 
 def float_only(p: ConvProblem, algorithm: str) -> Verdict:
     """The numpy backend runs F32 and F16 (float32 accumulation); quantized is selection-only."""
@@ -92,12 +116,14 @@ class Prepared:
         self._local = threading.local()
 
     def scratch(self, name: str, shape: tuple[int, ...], dtype: Any = F32) -> np.ndarray:
-        """This thread's persistent buffer ``name`` (contents left from the last run)."""
+        """A ``shape`` view of this thread's persistent buffer ``name`` (which grows to the
+        largest shape asked; contents are whatever the last use left)."""
         buffers: dict[str, np.ndarray] = self._local.__dict__.setdefault("buffers", {})
+        size = math.prod(shape)
         buf = buffers.get(name)
-        if buf is None or buf.shape != shape or buf.dtype != dtype:
-            buf = buffers[name] = np.empty(shape, dtype=dtype)
-        return buf
+        if buf is None or buf.size < size or buf.dtype != dtype:
+            buf = buffers[name] = np.empty(size, dtype=dtype)
+        return buf[:size].reshape(shape)
 
     def float32(self, x: np.ndarray) -> np.ndarray:
         """``x`` as contiguous float32: itself, or a copy in a persistent buffer."""

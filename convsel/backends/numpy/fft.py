@@ -6,7 +6,8 @@ rows/cols per block, e the dilated kernel extent; F a fast FFT length), so the f
 spectrum has F·(F/2+1)·C·K entries whatever the image size. Correlation is the inverse FFT
 of ``X · conj(W)``, whose first t outputs per block are valid. Dilation zero-inserts the
 kernel (free in the frequency domain); stride computes the unit-stride output and subsamples.
-The filter FFT is done once, at prepare time.
+The filter FFT is done once, at prepare time. Problems whose spectra would exceed
+``WORKSPACE_CAP`` run in bands of block rows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...acl.verdict import Verdict, failed
 from ...problem import ConvProblem
-from .common import WORKERS, Prepared, ceil_div, check_x, float_only, new_output
+from .common import (
+    WORKERS,
+    Prepared,
+    ceil_div,
+    check_x,
+    float_only,
+    new_output,
+    piece_bytes,
+    pieces,
+)
 from .epilogue import finish
 
 MIN_FFT = 16                  # smallest block side worth an FFT
@@ -69,11 +79,12 @@ class Fft(Prepared):
         self.w = np.ascontiguousarray(np.conj(spectrum).transpose(2, 3, 1, 0)).reshape(
             -1, p.c, p.k)                                                  # F, C, K
         freqs = self.w.shape[0]
-        count = p.n * self.blocks[0] * self.blocks[1]
+        self.row_bytes = self.blocks[1] * (   # per row of blocks: complex64 spectra of the
+            8 * freqs * (2 * p.c + 2 * p.k)   # input (and transposed), of the product (twice)
+            + 4 * fy * fx * p.k * 2)          # and the real inverse, before and after the crop
         padded_in = p.n * (self.blocks[0] * self.valid[0] + ey - 1) * (
             self.blocks[1] * self.valid[1] + ex - 1) * p.c * 4
-        work = padded_in + 8 * freqs * count * (2 * p.c + 2 * p.k) + 4 * count * fy * fx * p.k
-        super().__init__(p, bias, work)
+        super().__init__(p, bias, padded_in + piece_bytes(p.n, self.blocks[0], self.row_bytes))
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
@@ -83,18 +94,33 @@ class Fft(Prepared):
         xp = self.padded(check_x(p, x), top, by * ty + ey - 1 - p.h - top,
                     left, bx * tx + ex - 1 - p.w - left)
         blocks = sliding_window_view(xp, (fy, fx), axis=(1, 2))[:, ::ty, ::tx]  # N,BY,BX,C,fy,fx
+        sy, sx = p.stride
+        y = new_output((p.n, p.out_h, p.out_w, p.k))
+        for images, rows in pieces(p.n, by, self.row_bytes):
+            # output rows whose unit-stride row lies in this band's [start*ty, stop*ty)
+            first = ceil_div(rows.start * ty, sy)
+            last = min(p.out_h, ceil_div(rows.stop * ty, sy))
+            if first >= last:
+                continue
+            full = self._blocks(blocks[images, rows])
+            skip = first * sy - rows.start * ty
+            np.copyto(y[images, first:last], full[:, skip: skip + (last - first - 1) * sy + 1: sy,
+                                                  : (p.out_w - 1) * sx + 1: sx])
+        return finish(p, y, self.bias)
+
+    def _blocks(self, blocks: np.ndarray) -> np.ndarray:
+        """Unit-stride outputs (n, rows·ty, BX·tx, K) of input blocks (n, rows, BX, C, fy, fx)."""
+        p = self.problem
+        (fy, fx), (ty, tx) = self.size, self.valid
+        n, rows, bx = blocks.shape[:3]
         spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=WORKERS)
-        count = p.n * by * bx
+        count = n * rows * bx
         grid = np.ascontiguousarray(spectra.reshape(count, p.c, -1).transpose(2, 0, 1))
         product = np.matmul(grid, self.w)                                # F, P, K
         product = product.transpose(1, 2, 0).reshape(count, p.k, fy, fx // 2 + 1)
         spatial = scipy.fft.irfft2(product, s=(fy, fx), workers=WORKERS)[..., :ty, :tx]
-        full = spatial.reshape(p.n, by, bx, p.k, ty, tx).transpose(0, 1, 4, 2, 5, 3)
-        full = full.reshape(p.n, by * ty, bx * tx, p.k)
-        sy, sx = p.stride
-        y = new_output((p.n, p.out_h, p.out_w, p.k))
-        np.copyto(y, full[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx])
-        return finish(p, y, self.bias)
+        full = spatial.reshape(n, rows, bx, p.k, ty, tx).transpose(0, 1, 4, 2, 5, 3)
+        return full.reshape(n, rows * ty, bx * tx, p.k)
 
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,

@@ -10,6 +10,9 @@ step is one BLAS call on a large matrix:
     Y = AT @ M           (my·mx, P·K), then scattered into the output
 
 F(4×4, 3×3) does 36 multiplies per 16 outputs and input channel where direct does 144.
+But U holds 36·C·K values, 4× the weights: at batch 1 on small maps (14×14, 7×7) the GEMMs
+have few rows, reading U dominates, and im2col's one GEMM over the plain weights wins.
+Problems whose tile buffers would exceed ``WORKSPACE_CAP`` run in bands of tile rows.
 """
 
 from __future__ import annotations
@@ -26,7 +29,17 @@ from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...rules import default_rules
 from ...winograd_transforms import winograd_kron_2d
-from .common import ITEM, Prepared, as_f32, ceil_div, check_x, float_only, new_output
+from .common import (
+    ITEM,
+    Prepared,
+    as_f32,
+    ceil_div,
+    check_x,
+    float_only,
+    new_output,
+    piece_bytes,
+    pieces,
+)
 from .epilogue import finish
 
 
@@ -54,13 +67,13 @@ class Winograd(Prepared):
         self.u = as_f32(np.einsum("ts,ksc->tck", g, w))
         self.tiles = (ceil_div(p.out_h, tile[0]), ceil_div(p.out_w, tile[1]))
         positions = self.inner[0] * self.inner[1]
-        count = p.n * self.tiles[0] * self.tiles[1]
         hp, wp = self._padded_size(p)
-        work = (p.n * hp * wp * p.c                         # padded input
-                + 2 * positions * count * p.c                # gathered tiles D and V
-                + positions * count * p.k                    # M
-                + tile[0] * tile[1] * count * p.k)           # Y, before the scatter
-        super().__init__(p, bias, work * ITEM)
+        self.row_bytes = self.tiles[1] * ITEM * (   # per row of tiles:
+            2 * positions * p.c                     # the gathered tiles D and V = BT D
+            + positions * p.k                       # M = V U
+            + tile[0] * tile[1] * p.k)              # Y = AT M, before the scatter
+        work = p.n * hp * wp * p.c * ITEM + piece_bytes(p.n, self.tiles[0], self.row_bytes)
+        super().__init__(p, bias, work)
 
     def _padded_size(self, p: ConvProblem | None = None) -> tuple[int, int]:
         p = p or self.problem
@@ -73,20 +86,29 @@ class Winograd(Prepared):
         top, left = p.pad[0], p.pad[2]
         xp = self.padded(check_x(p, x), top, hp - p.h - top, left, wp - p.w - left)
         windows = sliding_window_view(xp, (ny, nx), axis=(1, 2))[:, ::my, ::mx]  # N,TH,TW,C,ny,nx
-        count, positions = p.n * th * tw, ny * nx
+        y = new_output((p.n, p.out_h, p.out_w, p.k))
+        for images, rows in pieces(p.n, th, self.row_bytes):
+            out = y[images, rows.start * my: rows.stop * my]
+            self._tiles(windows[images, rows], out)
+        return finish(p, y, self.bias)
+
+    def _tiles(self, windows: np.ndarray, y: np.ndarray) -> None:
+        """Convolve the input tiles ``windows`` (n, th, TW, C, ny, nx) into output rows ``y``."""
+        p = self.problem
+        (my, mx), (ny, nx) = self.tile, self.inner
+        n, th, tw = windows.shape[:3]
+        count, positions = n * th * tw, ny * nx
         d = self.scratch("d", (positions, count * p.c))
-        np.copyto(d.reshape(ny, nx, p.n, th, tw, p.c), windows.transpose(4, 5, 0, 1, 2, 3))
+        np.copyto(d.reshape(ny, nx, n, th, tw, p.c), windows.transpose(4, 5, 0, 1, 2, 3))
         v = self.scratch("v", (positions, count * p.c))
         np.matmul(self.bt, d, out=v)
         m = self.scratch("m", (positions, count, p.k))
         np.matmul(v.reshape(positions, count, p.c), self.u, out=m)
         out = self.scratch("out", (my * mx, count * p.k))
         np.matmul(self.at, m.reshape(positions, count * p.k), out=out)
-        out = out.reshape(my, mx, p.n, th, tw, p.k)
-        y = new_output((p.n, p.out_h, p.out_w, p.k))
-        full = out.transpose(2, 3, 0, 4, 1, 5).reshape(p.n, th * my, tw * mx, p.k)
-        np.copyto(y, full[:, : p.out_h, : p.out_w])
-        return finish(p, y, self.bias)
+        full = out.reshape(my, mx, n, th, tw, p.k).transpose(2, 3, 0, 4, 1, 5)
+        full = full.reshape(n, th * my, tw * mx, p.k)
+        np.copyto(y, full[:, : y.shape[1], : p.out_w])
 
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,
