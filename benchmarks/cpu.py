@@ -145,7 +145,9 @@ def _cell(result: dict[str, Any], label: str) -> str:
 
 def print_tables(results: list[dict[str, Any]], labels: list[str]) -> None:
     head = f"{'layer':38} " + " ".join(f"{lb[:11]:>11}" for lb in labels)
-    print(f"GFLOP/s ({results[0]['stat'] if results else 'median'} of the repeats)\n" + head + f" {'fastest':>14} {'best ms':>8} {'torch ms':>8} ratio  idle")
+    stat = results[0]["stat"] if results else "median"
+    print(f"GFLOP/s ({stat} of the repeats)\n" + head
+          + f" {'fastest':>14} {'best ms':>8} {'torch ms':>8} ratio  idle")
     for r in results:
         best_ms = r["time_s"][r["fastest"]] * 1e3 if r["fastest"] else float("nan")
         torch_ms = f"{r['torch_s'] * 1e3:8.3f}" if r["torch_s"] else "       -"

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attribute
+def __getattr__(name: str):
     # plan() needs onnx (an optional extra) and is imported on first use only.
     if name == "plan":
         from .onnx import plan

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -124,5 +125,6 @@ def _from_parts(field: str, raw: Any, kind_name: Any, args: list[Any]) -> Activa
             raise InvalidProblemError(field, raw, f"parameter {kind.params[i]!r} must be finite")
     a, b = (values + [0.0, 0.0])[:2]
     if name == "lu_bounded_relu" and b > a:
-        raise InvalidProblemError(field, raw, "lu_bounded_relu needs lower bound b <= upper bound a")
+        raise InvalidProblemError(field, raw,
+                                  "lu_bounded_relu needs lower bound b <= upper bound a")
     return Activation(name, a, b)

@@ -6,8 +6,9 @@ runs. ``supports()`` is pure: a backend may add constraints of its own (dtype, d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from .acl.verdict import Verdict, failed, passed
 from .problem import ConvProblem
@@ -21,6 +22,16 @@ METHOD_ALGORITHMS: dict[str, str] = {
     "DIRECT": "direct", "WINOGRAD": "winograd", "FFT": "fft"}
 
 FALLBACK_ALGORITHM = "im2col_gemm"   # supports every valid problem
+
+
+def method_for(algorithm: str, gpu: bool) -> str:
+    """ACL's name for the method an algorithm implements (indirect GEMM is GEMM_CONV2D on
+    CPUs and INDIRECT on GPUs; both GEMM algorithms are ACL's GEMM)."""
+    if algorithm == "indirect_gemm":
+        return "INDIRECT" if gpu else "GEMM_CONV2D"
+    if algorithm in ("im2col_gemm", "gemm_1x1"):
+        return "GEMM"
+    return next(m for m, a in METHOD_ALGORITHMS.items() if a == algorithm)
 
 
 def is_plain_1x1(p: ConvProblem) -> bool:

@@ -27,8 +27,6 @@ from .selection import Selection, _rules, select
 from .targets import resolve_target
 
 _NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16}
-_NAMED_METHOD = {"direct": "DIRECT", "im2col_gemm": "GEMM", "gemm_1x1": "GEMM",
-                 "winograd": "WINOGRAD", "fft": "FFT"}
 
 
 @dataclass
@@ -122,7 +120,8 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     loaded = _rules(rules)
     selection, name, params = _choose(problem, algorithm, target, policy, loaded, backend,
                                       device, tile)
-    method = selection.method if selection else _method_of(name, target, loaded)
+    method = (selection.method if selection else
+              algorithms.method_for(name, resolve_target(target, loaded).is_gpu))
     kernel, used, why = _build(problem, name, backend, w_ohwi, b, params, device)
     return PreparedConv(problem, method, name, used, params, selection, why, kernel)
 
@@ -145,12 +144,6 @@ def _choose(p: ConvProblem, algorithm: str, target: str, policy: str, rules: Rul
         raise UnsupportedError(f"{algorithm} cannot run {p}: {verdict.reason}",
                                algorithm=algorithm)
     return None, algorithm, dict(verdict.params)
-
-
-def _method_of(algorithm: str, target: str, rules: Rules) -> str:
-    if algorithm == "indirect_gemm":
-        return "INDIRECT" if resolve_target(target, rules).is_gpu else "GEMM_CONV2D"
-    return _NAMED_METHOD[algorithm]
 
 
 def _build(p: ConvProblem, algorithm: str, backend: str, w: np.ndarray, b: np.ndarray | None,

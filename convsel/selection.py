@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from . import algorithms
 from .acl import cpu as acl_cpu
@@ -120,8 +121,9 @@ def select(problem: ConvProblem, target: str | Target = "cpu", *,
     resolved = resolve_target(target, loaded)
     if policy == "acl":
         if policy_options:
-            raise InvalidProblemError(sorted(policy_options)[0], "...",
-                                      "option not accepted by policy 'acl'")
+            name = min(policy_options)
+            raise InvalidProblemError(name, policy_options[name],
+                                      "only policy 'measured' takes this option")
         return _select_acl(problem, resolved, loaded)
     if policy == "measured":
         from .tuning.policy import select_measured  # the tuning layer is optional at import
@@ -175,6 +177,6 @@ def _runnable(decision: Decision, p: ConvProblem,
     verdict = algorithms.supports(algorithm, p, rules, decision.params)
     if verdict.ok:
         return algorithm, {**decision.params, **verdict.params}, None
-    return (algorithms.FALLBACK_ALGORITHM, {},
-            f"{algorithm} cannot run this problem ({verdict.reason}); "
-            f"running {algorithms.FALLBACK_ALGORITHM} instead")
+    why = (f"{algorithm} cannot run this problem ({verdict.reason}); "
+           f"running {algorithms.FALLBACK_ALGORITHM} instead")
+    return algorithms.FALLBACK_ALGORITHM, {}, why

@@ -70,7 +70,8 @@ def test_2d_pair_exact_in_float64_and_accurate_in_float32(kernel, tile) -> None:
                                rtol=0, atol=1e-11)
     y32 = _winograd_2d(tile, kernel, d, g, np.float32)
     rms = np.sqrt(np.mean((y32 - ref) ** 2) / np.mean(ref ** 2))
-    assert rms < f32_rms_bound(tile, kernel), f"F({tile}, {kernel}) float32 relative RMS error {rms:.2e}"
+    assert rms < f32_rms_bound(tile, kernel), (
+        f"F({tile}, {kernel}) float32 relative RMS error {rms:.2e}")
 
 
 def test_2d_matches_per_axis_form() -> None:

@@ -170,10 +170,10 @@ def _preferred(p: ConvProblem, target: Target, rules: Rules,
     shape_ok = (ind.min_kernel_area_exclusive < ksz <= ind.max_kernel_area
                 and (ksz % 2 == 1 or not ind.odd_only))
     if shape_ok and verdict.ok:
-        return "INDIRECT", f"{target.name} prefers INDIRECT for odd ksz={ksz} in " \
-                           f"({ind.min_kernel_area_exclusive}, {ind.max_kernel_area}]"
-    why = verdict.reason if not verdict.ok else f"ksz={ksz} is not odd in " \
-        f"({ind.min_kernel_area_exclusive}, {ind.max_kernel_area}]"
+        return "INDIRECT", (f"{target.name} prefers INDIRECT for odd ksz={ksz} in "
+                            f"({ind.min_kernel_area_exclusive}, {ind.max_kernel_area}]")
+    why = verdict.reason if not verdict.ok else (
+        f"ksz={ksz} is not odd in ({ind.min_kernel_area_exclusive}, {ind.max_kernel_area}]")
     return "DIRECT", f"{target.name} keeps DIRECT ({why})"
 
 

@@ -13,7 +13,6 @@ from typing import Any
 from ..problem import ConvProblem
 from ..rules import NearMiss, TableRow
 
-
 _FIELD_NAMES = ("input (h, w)", "kernel (kh, kw)", "channels (c, k)", "stride", "pad", "layout")
 Key = tuple[Any, ...]
 

@@ -2,16 +2,16 @@
 
 Each candidate is prepared once (weights transformed, outside the timing) and warmed up, then
 all are timed in interleaved rounds until each has ``min_runs`` runs and ``min_time``
-seconds (see :mod:`convsel.tuning.timing`). The median is kept with its interquartile range. A candidate is the winner only
-if it beats the runner-up by more than the noise; otherwise the close ones are kept as a tie,
-which the rules break when the policy answers (see :mod:`convsel.tuning.policy`).
+seconds (see :mod:`convsel.tuning.timing`). The median is kept with its interquartile range.
+A candidate is the winner only if it beats the runner-up by more than the noise; otherwise
+the close ones are kept as a tie, which the rules break when the policy answers (see
+:mod:`convsel.tuning.policy`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -101,38 +101,10 @@ def label_of(algorithm: str, params: Mapping[str, Any] | None = None) -> str:
 
 
 def device_identity(backend: str, device: Any = None) -> dict[str, str]:
-    """vendor, name and driver of ``device`` on ``backend``: the database's device key.
-
-    For numpy the key also holds what decides its speed beyond the numpy build: the CPU model
-    (when the backend reports only the architecture) and the BLAS thread settings, since a
-    winner timed with one BLAS thread is not the winner with two.
-    """
+    """vendor, name and driver of ``device`` on ``backend``: the database's device key."""
     module = backends.backend_module(backend)
-    ident = {k: str(v) for k, v in module.device_identity(module.get_runtime(device)).items()}
-    if backend == "numpy":
-        if ident.get("name") in ("", ident.get("vendor")):
-            ident["name"] = _cpu_model() or ident.get("name", "")
-        ident["driver"] = f"{ident.get('driver', '')}; {_blas_threads()}"
-    return {k: ident.get(k, "") for k in ("vendor", "name", "driver")}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-def _blas_threads() -> str:
-    settings = [f"{v}={os.environ[v]}" for v in _THREAD_VARIABLES if v in os.environ]
-    return ", ".join(settings) or f"default threads ({os.cpu_count()} CPUs)"
-
-
-_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    ident = module.device_identity(module.get_runtime(device))
+    return {k: str(ident.get(k, "")) for k in ("vendor", "name", "driver")}
 
 
 def candidates(problem: ConvProblem, backend: str, rules: Rules | None = None,

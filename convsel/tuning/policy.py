@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..acl.verdict import TraceStep
+from ..algorithms import method_for
 from ..errors import ConvselError, TuningDatabaseError
 from ..rules import Rules
 from ..selection import Selection
@@ -24,17 +25,8 @@ from ..targets import Target
 from .db import TuningDB, TuningEntry, default_path
 from .measure import device_identity, label_of, measure
 
-_METHOD = {"direct": "DIRECT", "im2col_gemm": "GEMM", "gemm_1x1": "GEMM",
-           "winograd": "WINOGRAD", "fft": "FFT"}
 _open: dict[Path, TuningDB] = {}
 _open_lock = threading.Lock()
-
-
-def method_of(algorithm: str, target: Target) -> str:
-    """ACL's name for the method an algorithm implements on this target."""
-    if algorithm == "indirect_gemm":
-        return "INDIRECT" if target.is_gpu else "GEMM_CONV2D"
-    return _METHOD[algorithm]
 
 
 def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
@@ -163,7 +155,7 @@ def _from_entry(entry: TuningEntry, acl: Selection, target: Target, path: str) -
                      f"measured on {entry.backend} / {entry.device['name']}: {label} "
                      f"({_ms(chosen)}): {why}{versus}")
     return dataclasses.replace(
-        acl, method=method_of(algorithm, target), algorithm=algorithm, params=params,
+        acl, method=method_for(algorithm, target.is_gpu), algorithm=algorithm, params=params,
         rule="measured.tuning-db", policy="measured", source="tuning-db", fallback=None,
         trace=(*acl.trace, step), measurement=_measurement(entry, label, path))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from typing import Any
 
@@ -16,21 +17,39 @@ def available() -> Verdict:
 
 def get_runtime(device: Any = None) -> None:
     """numpy needs no runtime state; ``device`` is accepted for symmetry and ignored."""
-    return None
 
 
 def device_identity(runtime: Any = None) -> dict[str, str]:
-    """What identifies the machine for tuning results: CPU, and numpy with its BLAS."""
-    blas = "unknown BLAS"
-    try:
-        config = np.show_config(mode="dicts")  # type: ignore[call-arg]
-        info = config.get("Build Dependencies", {}).get("blas", {})
-        blas = f"{info.get('name', 'blas')} {info.get('version', '')}".strip()
-    except Exception:  # noqa: BLE001 - show_config's shape varies across numpy versions
-        pass
+    """What decides this backend's speed, as the tuning database's device key: the CPU model,
+    numpy with its BLAS, and the BLAS thread settings (a winner timed with one BLAS thread is
+    not the winner with two)."""
     return {"backend": "numpy", "vendor": platform.machine(),
-            "name": platform.processor() or platform.machine(),
-            "driver": f"numpy {np.__version__}, {blas}"}
+            "name": _cpu_model() or platform.processor() or platform.machine(),
+            "driver": f"numpy {np.__version__}, {_blas()}; {_blas_threads()}"}
+
+
+def _blas() -> str:
+    info = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
+    return f"{info.get('name', 'unknown BLAS')} {info.get('version', '')}".strip()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _blas_threads() -> str:
+    settings = [f"{v}={os.environ[v]}" for v in _THREAD_VARIABLES if v in os.environ]
+    return ", ".join(settings) or f"default threads ({os.cpu_count()} CPUs)"
 
 
 def describe() -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """im2col + GEMM: copy every receptive field into one row of a matrix, then one BLAS call.
 
 A problem whose matrix would exceed ``WORKSPACE_CAP`` runs in bands of output rows (one GEMM
-each) instead. The rows come from ``sliding_window_view`` (strides and dilation are view slicing), ordered
-(KH, KW, C) so that the copy's inner loop runs over contiguous channels and the OHWI weights
-are the GEMM's right-hand matrix without reordering. Groups become a batched GEMM with the
-group as batch; depthwise (one input channel per group) is a multiply-and-sum instead.
+each) instead. The rows come from ``sliding_window_view`` (strides and dilation are view
+slicing), ordered (KH, KW, C) so that the copy's inner loop runs over contiguous channels and
+the OHWI weights are the GEMM's right-hand matrix without reordering. Groups become a batched
+GEMM with the group as batch; depthwise (one input channel per group) is a multiply-and-sum
+instead.
 """
 
 from __future__ import annotations

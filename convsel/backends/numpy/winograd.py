@@ -81,7 +81,7 @@ class Winograd(Prepared):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
-        (my, mx), (ny, nx), (th, tw) = self.tile, self.inner, self.tiles
+        (my, mx), (ny, nx), th = self.tile, self.inner, self.tiles[0]
         hp, wp = self._padded_size()
         top, left = p.pad[0], p.pad[2]
         xp = self.padded(check_x(p, x), top, hp - p.h - top, left, wp - p.w - left)

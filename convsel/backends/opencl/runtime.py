@@ -221,7 +221,7 @@ class Runtime:
                lws: tuple[int, int, int] | None) -> cl.Event:
         if lws is None:
             return cl.enqueue_nd_range_kernel(self.queue, kernel, gws, None)
-        padded = tuple(math.ceil(g / l) * l for g, l in zip(gws, lws))
+        padded = tuple(math.ceil(g / size) * size for g, size in zip(gws, lws))
         return cl.enqueue_nd_range_kernel(self.queue, kernel, padded, lws)
 
     def kernel_max_work_group(self, kernel: cl.Kernel) -> int:
