@@ -4,8 +4,9 @@ One table drives it: ``convsel.backends.IMPLEMENTATIONS``. A pair whose backend 
 available, or whose module does not import yet, is skipped with the reason; a problem the
 backend cannot run is skipped only through that module's own ``supports()``. Problems come
 from ../shared/data/layers.json (scaled down, tests/layer_cases.py) and from hypothesis.
-Outputs start as NaN (numpy backend) so an element an algorithm never writes fails, and
-finite inputs must give finite outputs on every backend.
+Outputs start as NaN on every backend (numpy's fresh arrays, OpenCL's device output buffer
+before each run) so an element an algorithm never writes fails, and finite inputs must give
+finite outputs.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ WINOGRAD_KERNELS = sorted({tuple(e.kernel) for rows in RULES.cpu.winograd.values
 @pytest.fixture(autouse=True)
 def _nan_filled_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(numpy_common, "OUTPUT_FILL", np.nan)
+    try:
+        from convsel.backends.opencl import prepared as opencl_prepared
+    except ImportError:      # no pyopencl: the OpenCL pairs are skipped anyway
+        return
+    monkeypatch.setattr(opencl_prepared, "OUTPUT_FILL", np.nan)
 
 
 @dataclass

@@ -193,3 +193,18 @@ def test_workspace_bytes(rt):
     tiles = 2 * 2 * 2                                      # F(4x4, 3x3): 6x6 in 2x2 tiles
     assert winograd.prepare(p, w, b, {"tile": (4, 4)}, rt).workspace_bytes == (
         36 * tiles * (3 + 4) * 4 + 36 * 3 * 4 * 4)
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_output_poison_reaches_unwritten_elements(rt, dtype, monkeypatch):
+    """The correctness suite's NaN poison works: with no kernel launched, every output
+    element is the poison, not a stale value from the previous run."""
+    from convsel.backends.opencl import prepared
+
+    p = ConvProblem(1, 6, 6, 4, 8, 3, 3, pad=1, dtype=dtype)
+    x, w, b = data(p)
+    kernel = direct.prepare(p, w, b, {}, rt)
+    assert np.isfinite(kernel.run(x).astype(np.float32)).all()
+    monkeypatch.setattr(prepared, "OUTPUT_FILL", np.nan)
+    kernel.steps = []
+    assert np.isnan(kernel.run(x).astype(np.float32)).all()

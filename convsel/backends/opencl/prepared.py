@@ -92,6 +92,11 @@ def bind(program: cl.Program, name: str, args: Sequence[Any]) -> cl.Kernel:
     return kernel
 
 
+# Tests set this to NaN: the device output buffer is then filled with it before every run, so
+# an element a kernel never writes shows up instead of a stale value from the previous run.
+OUTPUT_FILL: float | None = None
+
+
 class OpenCLKernel:
     """A convolution prepared on one device: ``run(x_nhwc) -> y_nhwc``.
 
@@ -125,6 +130,9 @@ class OpenCLKernel:
         with self._lock:
             try:
                 cl.enqueue_copy(rt.queue, self._x, x, is_blocking=True)
+                if OUTPUT_FILL is not None:
+                    pattern = np.array([OUTPUT_FILL], dtype=self._dtype)
+                    cl.enqueue_fill_buffer(rt.queue, self._y, pattern, 0, y.nbytes)
                 events = [(s.name, rt.enqueue(s.kernel, s.gws, s.config_id))
                           for s in self.steps]
                 cl.enqueue_copy(rt.queue, y, self._y, is_blocking=True)
