@@ -31,18 +31,17 @@ def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
     return _nhwc(p, target, rules, verdicts, trace)
 
 
-def _flags(**terms: bool) -> str:
-    return ", ".join(f"{name}={'yes' if value else 'no'}" for name, value in terms.items())
+_YN = ("no", "yes")   # select() is hot: plain f-strings, no dicts or joins, for the trace
 
 
 def _srgan(p: ConvProblem, rules: Rules, direct: Verdict, trace: Trace, rule_id: str) -> bool:
     s = rules.gpu.srgan
-    terms = {f"src H={p.h}>{s.height_above}": p.h > s.height_above,
-             f"dst H={p.out_h}>{s.height_above}": p.out_h > s.height_above,
-             f"KH={p.kh}=={s.kernel_height}": p.kh == s.kernel_height,
-             f"pad_top={p.pad[0]}<{s.pad_top_below}": p.pad[0] < s.pad_top_below}
-    shape = all(terms.values())
-    why = "SRGAN shape: " + _flags(**terms)
+    shape = (p.h > s.height_above and p.out_h > s.height_above and p.kh == s.kernel_height
+             and p.pad[0] < s.pad_top_below)
+    why = (f"SRGAN shape: src H={p.h}>{s.height_above}={_YN[p.h > s.height_above]}, "
+           f"dst H={p.out_h}>{s.height_above}={_YN[p.out_h > s.height_above]}, "
+           f"KH={p.kh}=={s.kernel_height}={_YN[p.kh == s.kernel_height]}, "
+           f"pad_top={p.pad[0]}<{s.pad_top_below}={_YN[p.pad[0] < s.pad_top_below]}")
     if shape:
         why += f"; ClDirectConv2d::validate: {direct.reason}"
     return trace.rule(rule_id, shape and direct.ok, why + (" -> DIRECT" if shape and direct.ok
@@ -122,42 +121,40 @@ def _direct_family(p: ConvProblem, target: Target, rules: Rules, indirect: Verdi
     ofm_le_8 = p.k <= cfg.last_layer_max_ofm
     area = p.k * p.out_w * p.out_h
     workload = area >= cfg.workload_min
-    terms = {f"large_k(>={thr})": large_k, f"C>={cfg.direct_min_ifm}": ifm_ge_16,
-             f"OFM<={cfg.last_layer_max_ofm}": ofm_le_8,
-             f"workload(OFM*Wout*Hout={area}>={cfg.workload_min})": workload}
+    terms = (f"large_k(>={thr})={_YN[large_k]}, C>={cfg.direct_min_ifm}={_YN[ifm_ge_16]}, "
+             f"workload(OFM*Wout*Hout={area}>={cfg.workload_min})={_YN[workload]}")
     if old:
         fire = large_k and ifm_ge_16 and p.c > p.k
         trace.rule("gpu.nhwc.direct.old_gpu", fire, f"old GPU {target.name}: large_k and C>=16 "
-                   f"and C>OFM; {_flags(**terms, **{'C>OFM': p.c > p.k})}"
-                   + (" -> DIRECT" if fire else ""))
+                   f"and C>OFM; {terms}, C>OFM={_YN[p.c > p.k]}" + (" -> DIRECT" if fire else ""))
         return Decision("DIRECT", "gpu.nhwc.direct.old_gpu") if fire else None
     if target.name in cfg.g76_rule_targets:
         fire = (large_k and workload and ifm_ge_16) or (ofm_le_8 and ifm_ge_16)
         trace.rule("gpu.nhwc.direct.g76", fire, f"{target.name}: (large_k and workload and "
-                   f"C>=16) or (OFM<=8 and C>=16); {_flags(**terms)}"
-                   + (" -> DIRECT" if fire else ""))
+                   f"C>=16) or (OFM<=8 and C>=16); {terms}, "
+                   f"OFM<={cfg.last_layer_max_ofm}={_YN[ofm_le_8]}" + (" -> DIRECT" if fire
+                                                                      else ""))
         return Decision("DIRECT", "gpu.nhwc.direct.g76") if fire else None
     unit = p.stride == (1, 1)
     m_one = p.out_w * p.out_h == 1
-    first = {"workload": workload, f"C<{cfg.direct_min_ifm}": not ifm_ge_16,
-             "non-unit stride": not unit, f"OFM<{cfg.first_layer_ofm_below}":
-             p.k < cfg.first_layer_ofm_below}
-    large = {f"large_k(>={thr})": large_k, "1x1 output": m_one, "workload": workload,
-             f"C>={cfg.direct_min_ifm}": ifm_ge_16}
-    rules_in_order = [
-        ("gpu.nhwc.direct.first_layer", all(first.values()),
-         f"first layer: all of {_flags(**first)}"),
+    small_ofm = p.k < cfg.first_layer_ofm_below
+    rules_in_order = (
+        ("gpu.nhwc.direct.first_layer", workload and not ifm_ge_16 and not unit and small_ofm,
+         lambda: f"first layer: all of workload={_YN[workload]}, C<{cfg.direct_min_ifm}="
+                 f"{_YN[not ifm_ge_16]}, non-unit stride={_YN[not unit]}, "
+                 f"OFM<{cfg.first_layer_ofm_below}={_YN[small_ofm]}"),
         ("gpu.nhwc.direct.large_kernel", (large_k or m_one) and workload and ifm_ge_16,
-         f"(large_k or 1x1 output) and workload and C>=16: {_flags(**large)}"),
+         lambda: f"(large_k or 1x1 output) and workload and C>=16: {terms}, "
+                 f"1x1 output={_YN[m_one]}"),
         ("gpu.nhwc.direct.last_layer", ofm_le_8,
-         f"last layer: OFM={p.k} <= {cfg.last_layer_max_ofm}? {'yes' if ofm_le_8 else 'no'}"),
-    ]
+         lambda: f"last layer: OFM={p.k} <= {cfg.last_layer_max_ofm}? {_YN[ofm_le_8]}"),
+    )
     for rule_id, fire, what in rules_in_order:
         if fire:
             preferred, why = _preferred(p, target, rules, indirect)
-            trace.rule(rule_id, True, f"{what} -> {preferred} ({why})")
+            trace.rule(rule_id, True, f"{what()} -> {preferred} ({why})")
             return Decision(preferred, rule_id)
-        trace.rule(rule_id, False, what)
+        trace.rule(rule_id, False, what())
     return None
 
 
