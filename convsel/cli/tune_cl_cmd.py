@@ -14,8 +14,9 @@ from ..algorithms import supports as algorithm_supports
 from ..algorithms import winograd_tiles
 from ..errors import ConvselError
 from ..rules import load_rules
-from ..tuning.layers import Layer, distinct, load_layers
-from .problem_args import add_problem_arguments, problem_from_args
+from ..tuning.layers import Layer, distinct
+from .problem_args import add_problem_arguments
+from .tune_cmd import layers_from_args
 
 ALGORITHMS = ("direct", "im2col_gemm", "gemm_1x1", "winograd", "indirect_gemm")
 
@@ -38,17 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _layers(args: argparse.Namespace) -> list[Layer]:
-    if args.h is not None:
-        return [Layer("cli", "problem", problem_from_args(args))]
-    if args.layers is None and not args.net:
-        raise ValueError("say what to tune: --net NAME, --layers FILE, or problem flags "
-                         "(--h --w --c --k --kernel ...)")
-    layers, messages = load_layers(args.layers, args.net)
-    for message in messages:
-        print(f"warning: {message}", file=sys.stderr)
+    layers = layers_from_args(args)
     if args.f16:
-        layers = [Layer(x.net, x.name, x.problem.replace(dtype="F16")) for x in layers]
-    return distinct(layers)
+        layers = distinct([Layer(x.net, x.name, x.problem.replace(dtype="F16"))
+                           for x in layers])
+    return layers
 
 
 def _variants(layer: Layer, algorithms: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
