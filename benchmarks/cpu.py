@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from convsel.algorithms import ALGORITHMS, supports, winograd_tiles
+from convsel.algorithms import ALGORITHMS, label_of, supports, variants
 from convsel.backends import implementation
 from convsel.backends.numpy import device_identity
 from convsel.problem import ConvProblem
@@ -51,15 +51,12 @@ def candidates(p: ConvProblem, rules: Rules, only: list[str] | None,
     for algorithm in ALGORITHMS:
         if only and algorithm not in only:
             continue
-        tiles = winograd_tiles(p, rules) if algorithm == "winograd" else [None]
-        for tile in tiles:
-            params = {"tile": tile} if tile else {}
-            if not supports(algorithm, p, rules, params).ok:
+        if not supports(algorithm, p, rules).ok:
+            continue
+        for params in variants(algorithm, p, rules):
+            if not implementation(algorithm, "numpy").supports(p, params, None).ok:
                 continue
-            if not implementation(algorithm, "numpy").supports(p, None).ok:
-                continue
-            label = f"winograd{tile[0]}x{tile[1]}" if tile else algorithm
-            out[label] = (algorithm, params)
+            out[label_of(algorithm, params)] = (algorithm, params)
     return out
 
 

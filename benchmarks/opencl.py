@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from convsel import algorithms
 from convsel.algorithms import supports as algorithm_supports
 from convsel.backends import implementation
 from convsel.backends.opencl import device_identity, get_runtime
@@ -31,7 +32,7 @@ from convsel.rules import Rules, load_rules
 from convsel.tuning.layers import Layer, distinct, load_layers
 
 ROOT = Path(__file__).resolve().parents[1]
-ALGORITHMS = ("direct", "im2col_gemm", "gemm_1x1", "winograd", "indirect_gemm")
+ALGORITHMS = tuple(a for a in algorithms.ALGORITHMS if "opencl" in algorithms.spec(a).backends)
 
 
 def gpu_tile(p: ConvProblem, rules: Rules) -> tuple[int, int] | None:
@@ -51,7 +52,7 @@ def time_one(p: ConvProblem, algorithm: str, runtime: Any, rules: Rules, repeats
     if not verdict.ok:
         return {"skipped": verdict.reason}
     module = implementation(algorithm, "opencl")
-    device_verdict = module.supports(p, runtime)
+    device_verdict = module.supports(p, verdict.params, runtime)
     if not device_verdict.ok:
         return {"skipped": device_verdict.reason}
     dtype = np.float16 if p.dtype == "F16" else np.float32

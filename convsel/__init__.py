@@ -1,5 +1,7 @@
 """convsel: ACL's convolution algorithm selection, explained, executed and measured."""
 
+from typing import Any
+
 from ._version import __version__
 from .activation import Activation
 from .errors import (
@@ -13,7 +15,7 @@ from .errors import (
     UnknownTargetError,
     UnsupportedError,
 )
-from .ops import PreparedConv, conv2d, prepare
+from .policies import choose
 from .problem import ConvProblem
 from .rules import Rules, load_rules
 from .selection import Candidate, Selection, select
@@ -37,6 +39,7 @@ __all__ = [
     "UnknownTargetError",
     "UnsupportedError",
     "__version__",
+    "choose",
     "conv2d",
     "load_rules",
     "plan",
@@ -46,10 +49,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # plan() needs onnx (an optional extra) and is imported on first use only.
-    if name == "plan":
-        from .onnx import plan
+# Imported on first use: execution pulls in the backends, plan() needs onnx (an extra);
+# selecting a method needs neither.
+_LAZY = {"PreparedConv": "convsel.api", "conv2d": "convsel.api", "prepare": "convsel.api",
+         "plan": "convsel.onnx"}
 
-        return plan
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'convsel' has no attribute {name!r}")

@@ -17,12 +17,24 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from . import config
 from .errors import RuleFileError
+from .winograd_transforms import MAX_TILE_INPUT
 
 Method = Literal["GEMM", "GEMM_CONV2D", "DIRECT", "INDIRECT", "WINOGRAD", "FFT"]
 METHODS: tuple[str, ...] = ("GEMM", "GEMM_CONV2D", "DIRECT", "INDIRECT", "WINOGRAD", "FFT")
 Pair = tuple[int, int]
 ENV_VAR = "CONVSEL_HEURISTICS"
+
+
+def _transformable(tile: tuple[int, int], kernel: tuple[int, int]) -> None:
+    """A tile the rules may offer must run on every Winograd backend: the generated
+    transforms serve input tiles of 1..MAX_TILE_INPUT values per axis."""
+    for m, r in zip(tile, kernel):
+        if m < 1 or r < 1 or m + r - 1 > MAX_TILE_INPUT:
+            raise ValueError(f"tile {list(tile)} with kernel {list(kernel)}: F({m}, {r}) needs "
+                             f"{m + r - 1} interpolation values per axis; convsel's transforms "
+                             f"serve 1..{MAX_TILE_INPUT}")
 
 
 class _Model(BaseModel):
@@ -48,6 +60,11 @@ class WinogradTile(_Model):
     kernel: Pair
     tile: Pair
     min_input: Pair | None = None      # input (h, w) must be at least this for the tile
+
+    @model_validator(mode="after")
+    def _runs(self) -> WinogradTile:
+        _transformable(self.tile, self.kernel)
+        return self
 
 
 class CpuRules(_Model):
@@ -85,6 +102,11 @@ class IndirectRule(_Model):
 class TileKernel(_Model):
     tile: Pair
     kernel: Pair
+
+    @model_validator(mode="after")
+    def _runs(self) -> TileKernel:
+        _transformable(self.tile, self.kernel)
+        return self
 
 
 class NchwSmallInput(_Model):
@@ -238,7 +260,7 @@ def load_rules(path: str | os.PathLike[str] | None = None) -> Rules:
     Raises :class:`RuleFileError` naming the entry and the problem when the file is unreadable,
     not YAML, or fails the schema.
     """
-    chosen = Path(path) if path is not None else Path(os.environ.get(ENV_VAR) or
+    chosen = Path(path) if path is not None else Path(config.current().heuristics or
                                                       default_rules_path())
     try:
         raw = chosen.read_bytes()
@@ -275,3 +297,12 @@ def _describe(exc: ValidationError) -> str:
 def default_rules() -> Rules:
     """The rules used when no path is given (loaded once per process)."""
     return load_rules()
+
+
+def as_rules(rules: Rules | str | os.PathLike[str] | None) -> Rules:
+    """``rules`` itself, the file at that path, or the default rules."""
+    if rules is None:
+        return default_rules()
+    if isinstance(rules, Rules):
+        return rules
+    return load_rules(rules)

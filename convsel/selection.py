@@ -10,13 +10,11 @@ from typing import Any, NamedTuple
 from . import algorithms
 from .acl import cpu as acl_cpu
 from .acl import gpu as acl_gpu
-from .acl.verdict import Decision, Trace, TraceStep
 from .errors import InvalidProblemError
 from .problem import ConvProblem
-from .rules import METHODS, Rules, default_rules, load_rules
+from .rules import METHODS, Rules, as_rules
 from .targets import Target, resolve_target
-
-POLICIES = ("acl", "measured")
+from .verdict import Decision, Trace, TraceStep
 
 
 class Candidate(NamedTuple):
@@ -93,8 +91,7 @@ class Selection:
 
 
 def select(problem: ConvProblem, target: str | Target = "cpu", *,
-           rules: Rules | str | None = None, policy: str = "acl", **policy_options: Any,
-           ) -> Selection:
+           rules: Rules | str | None = None) -> Selection:
     """Return the conv2d method ACL would choose for ``problem`` on ``target``, with reasons.
 
     Parameters
@@ -105,39 +102,20 @@ def select(problem: ConvProblem, target: str | Target = "cpu", *,
         Mali device name (``"Mali-G78AE r0p1"``); case-insensitive.
     rules : Rules or path, optional
         Rule data; defaults to ``$CONVSEL_HEURISTICS`` or the packaged heuristics.yaml.
-    policy : {"acl", "measured"}
-        "acl" applies ACL's rules. "measured" answers from the tuning database when it holds
-        this problem (see :mod:`convsel.tuning`), else from the rules.
+
+    Pure: values in, a Selection out; no arrays, no devices, no tuning data. Other policies
+    (measured, predicted) build on this in :mod:`convsel.policies`.
 
     Raises
     ------
     InvalidProblemError
-        Unknown target or policy. A valid problem that no method supports is not an error:
+        Unknown target. A valid problem that no method supports is not an error:
         the answer is the fallback, with the reasons.
     """
     if not isinstance(problem, ConvProblem):
         raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
-    loaded = _rules(rules)
-    resolved = resolve_target(target, loaded)
-    if policy == "acl":
-        if policy_options:
-            name = min(policy_options)
-            raise InvalidProblemError(name, policy_options[name],
-                                      "only policy 'measured' takes this option")
-        return _select_acl(problem, resolved, loaded)
-    if policy == "measured":
-        from .tuning.policy import select_measured  # the tuning layer is optional at import
-        return select_measured(problem, resolved, loaded, _select_acl(problem, resolved, loaded),
-                               **policy_options)
-    raise InvalidProblemError("policy", policy, f"unknown policy; known: {', '.join(POLICIES)}")
-
-
-def _rules(rules: Rules | str | None) -> Rules:
-    if rules is None:
-        return default_rules()
-    if isinstance(rules, Rules):
-        return rules
-    return load_rules(rules)
+    loaded = as_rules(rules)
+    return _select_acl(problem, resolve_target(target, loaded), loaded)
 
 
 @lru_cache(maxsize=4096)

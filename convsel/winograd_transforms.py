@@ -36,10 +36,14 @@ error of every pair the heuristics can select is tested in tests/test_winograd_t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
 from functools import cache
+from typing import Any
 
 import numpy as np
+
+from .verdict import Verdict, failed, passed
 
 Matrices = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -156,3 +160,20 @@ def winograd_kron_2d(tile: tuple[int, int], kernel: tuple[int, int]) -> Matrices
     """
     (at_y, g_y, bt_y), (at_x, g_x, bt_x) = winograd_matrices_2d(tile, kernel)
     return np.kron(at_y, at_x), np.kron(g_y, g_x), np.kron(bt_y, bt_x)
+
+
+def tile_verdict(p: Any, params: Mapping[str, Any], who: str) -> Verdict:
+    """Whether a backend can run the resolved Winograd tile ``params["tile"]`` for ``p``'s
+    kernel: any tile whose input tile fits the generated transforms. The tile itself is
+    chosen by the selection (from the rule tables); a backend never picks one."""
+    tile = params.get("tile")
+    if not tile:
+        return failed(f"{who} winograd needs a resolved output tile (params['tile']); "
+                      "convsel.execute resolves it from the rules")
+    tile = (int(tile[0]), int(tile[1]))
+    for m, r in zip(tile, (p.kh, p.kw)):
+        if m < 1 or m + r - 1 > MAX_TILE_INPUT:
+            return failed(f"{who} winograd: F({tile[0]}x{tile[1]}, {p.kh}x{p.kw}) needs an "
+                          f"input tile of {m + r - 1} values per axis; the transforms are "
+                          f"generated for 1..{MAX_TILE_INPUT}")
+    return passed(f"F({tile[0]}x{tile[1]}, {p.kh}x{p.kw})", tile=tile)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from convsel.errors import InvalidProblemError
+from convsel.policies import choose
 from convsel.problem import ConvProblem
 from convsel.rules import Rules
 from convsel.selection import select
@@ -87,7 +88,7 @@ def run_select(state: ServiceState, problem: ConvProblem, target: str | None, po
                options: dict[str, Any]) -> dict[str, Any]:
     """select() as the wire answer (the normalised problem + ``Selection.to_dict()``)."""
     with policy_available(policy):
-        sel = select(problem, target or state.settings.default_target,
+        sel = choose(problem, target or state.settings.default_target,
                      rules=state.loaded_rules(), policy=policy, **options)
     answer = {"problem": problem.to_dict(), **sel.to_dict()}
     state.metrics.selection(answer)

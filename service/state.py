@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 
-from convsel.acl.verdict import Verdict
 from convsel.rules import Rules
+from convsel.verdict import Verdict
 
 from .config import Settings
 from .metrics import Metrics

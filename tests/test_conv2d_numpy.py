@@ -9,9 +9,9 @@ from layer_cases import raw_layers
 from tolerances import tolerance
 
 from convsel.activation import KINDS
+from convsel.api import conv2d, prepare
 from convsel.backends.numpy import common as numpy_common
 from convsel.errors import InvalidProblemError, UnsupportedError
-from convsel.ops import conv2d, prepare
 from convsel.problem import ConvProblem
 from convsel.reference import conv2d_reference
 

@@ -27,8 +27,8 @@ from tolerances import tolerance
 
 from convsel import algorithms, backends
 from convsel.activation import KINDS
+from convsel.api import prepare
 from convsel.backends.numpy import common as numpy_common
-from convsel.ops import prepare
 from convsel.problem import ConvProblem
 from convsel.reference import conv2d_reference
 from convsel.rules import default_rules
@@ -105,9 +105,11 @@ def error_scale(p: ConvProblem, x: np.ndarray, w: np.ndarray, bias: np.ndarray |
 def check(impl: Impl, p: ConvProblem, params: dict[str, Any], seed: int,
           with_bias: bool = True) -> str | None:
     """Run one problem; the failure description, or None when it passes or is unsupported."""
-    if not algorithms.supports(impl.algorithm, p, RULES, params).ok:
+    verdict = algorithms.supports(impl.algorithm, p, RULES, params)
+    if not verdict.ok:
         return None
-    if not impl.module.supports(p, impl.runtime).ok:
+    params = {**params, **verdict.params}   # resolved, as convsel.execute hands them down
+    if not impl.module.supports(p, params, impl.runtime).ok:
         return None
     x, w, bias = random_data(p, seed, with_bias)
     kernel = impl.module.prepare(p, w, bias, params, impl.runtime)
@@ -218,7 +220,8 @@ def test_public_path_layouts_bias_and_activations(algorithm: str, backend: str) 
     for i, (weights_layout, layout) in enumerate(cases):
         p = ConvProblem(2, 7, 9, 5, 6, *kernel, pad=(1, 0, 1, 1) if kernel == (3, 3) else 0,
                         layout=layout, activation=kinds[(i * 5 + len(algorithm)) % len(kinds)])
-        if not impl.module.supports(p, impl.runtime).ok:
+        params = algorithms.supports(algorithm, p, RULES).params
+        if not impl.module.supports(p, params, impl.runtime).ok:
             continue
         x, w, bias = random_data(p, i)
         op = prepare(p, np.transpose(w, _LAYOUT_AXES[weights_layout]), bias,
@@ -238,12 +241,13 @@ def test_non_finite_input_propagates(algorithm: str, backend: str, bad: float) -
     impl = implementation(algorithm, backend)
     kernel = (3, 3) if algorithm != "gemm_1x1" else (1, 1)
     p = ConvProblem(2, 8, 9, 4, 5, *kernel, pad=(1, 0, 1, 1) if kernel == (3, 3) else 0)
-    if not impl.module.supports(p, impl.runtime).ok:
+    params = variants(algorithm, p)[0]
+    if not impl.module.supports(p, params, impl.runtime).ok:
         pytest.skip(f"{backend} {algorithm} does not run {p}")
     x, w, bias = random_data(p, 7)
     x[1, 4, 5, 2] = bad
     with np.errstate(invalid="ignore"):
-        y = impl.module.prepare(p, w, bias, variants(algorithm, p)[0], impl.runtime).run(x)
+        y = impl.module.prepare(p, w, bias, params, impl.runtime).run(x)
         ref = conv2d_reference(p, x, w, bias)
     assert (~np.isfinite(y))[~np.isfinite(ref)].all()
     assert np.isfinite(y[0]).all(), "a non-finite value leaked into another image"
@@ -254,5 +258,6 @@ def test_quantized_dtypes_are_refused_with_a_reason(algorithm: str, backend: str
     impl = implementation(algorithm, backend)
     kernel = (1, 1) if algorithm == "gemm_1x1" else (3, 3)
     p = ConvProblem(1, 8, 8, 4, 4, *kernel, dtype="QASYMM8")
-    verdict = impl.module.supports(p, impl.runtime)
+    params = algorithms.supports(algorithm, p, RULES).params
+    verdict = impl.module.supports(p, params, impl.runtime)
     assert not verdict.ok and "QASYMM8" in verdict.reason

@@ -9,10 +9,10 @@ import warnings
 import pytest
 from opencl_support import assert_matches_reference, data, opencl_runtime
 
-from convsel import ops
-from convsel.acl.verdict import failed
+from convsel import api as ops
 from convsel.errors import FallbackWarning
 from convsel.problem import ConvProblem
+from convsel.verdict import failed
 
 pytest.importorskip("pyopencl")
 

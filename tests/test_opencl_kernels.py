@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from opencl_support import assert_matches_reference, data, opencl_runtime
 
-from convsel import ops
+from convsel import algorithms
+from convsel import api as ops
 from convsel.activation import KINDS, parse_activation
 from convsel.algorithms import winograd_tiles
 from convsel.errors import KernelBuildError
@@ -93,6 +94,11 @@ def test_grouped(rt, module, p):
     assert_matches_reference(p, x, w, b, module.prepare(p, w, b, {}, rt).run(x))
 
 
+def resolved(algorithm: str, p: ConvProblem) -> dict:
+    """The parameters convsel.execute would hand the module (the Winograd tile resolved)."""
+    return dict(algorithms.supports(algorithm, p, load_rules()).params)
+
+
 MODULES = {"direct": direct, "im2col_gemm": im2col_gemm, "gemm_1x1": gemm_1x1,
            "indirect_gemm": indirect_gemm, "winograd": winograd}
 
@@ -111,7 +117,7 @@ def test_f16_storage_path(rt, algorithm, p, monkeypatch):
     monkeypatch.setenv(program.HALF_ENV, "storage")
     assert program.dtype_options(p, rt) == ["-DDATA_F16"]
     x, w, b = data(p, seed=4)
-    y = MODULES[algorithm].prepare(p, w, b, {}, rt).run(x)
+    y = MODULES[algorithm].prepare(p, w, b, resolved(algorithm, p), rt).run(x)
     assert_matches_reference(p, x, w, b, y, winograd=algorithm == "winograd")
 
 
@@ -121,7 +127,7 @@ def test_f16_native_path(rt, algorithm, p):
         pytest.skip("no cl_khr_fp16 on this device: native half cannot run here")
     assert "-DHALF_NATIVE" in program.dtype_options(p, rt)
     x, w, b = data(p, seed=4)
-    y = MODULES[algorithm].prepare(p, w, b, {}, rt).run(x)
+    y = MODULES[algorithm].prepare(p, w, b, resolved(algorithm, p), rt).run(x)
     assert_matches_reference(p, x, w, b, y, winograd=algorithm == "winograd")
 
 
@@ -134,7 +140,7 @@ def test_forced_native_half_without_the_extension_fails_to_build(rt, monkeypatch
     algorithm, p = _f16_cases()[0]
     _, w, b = data(p, seed=4)
     with pytest.raises(KernelBuildError) as info:
-        MODULES[algorithm].prepare(p, w, b, {}, rt)
+        MODULES[algorithm].prepare(p, w, b, resolved(algorithm, p), rt)
     assert info.value.log
     assert "-DHALF_NATIVE" in info.value.options or "cannot be created" in str(info.value)
 
@@ -176,10 +182,11 @@ def test_prepared_form_through_ops(rt, layout, weights_layout):
 def test_without_bias(rt):
     p = ConvProblem(1, 5, 5, 3, 4, 3, 3, pad=1)
     x, w, _ = data(p, seed=6)
-    for module in MODULES.values():
+    for name, module in MODULES.items():
         if module is gemm_1x1:
             continue
-        assert_matches_reference(p, x, w, None, module.prepare(p, w, None, {}, rt).run(x),
+        kernel = module.prepare(p, w, None, resolved(name, p), rt)
+        assert_matches_reference(p, x, w, None, kernel.run(x),
                                  winograd=module is winograd)
 
 

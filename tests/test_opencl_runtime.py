@@ -184,7 +184,7 @@ def test_too_large_buffer_is_refused_before_any_launch(rt, monkeypatch):
     monkeypatch.setattr(rt, "max_alloc", 256)
     monkeypatch.setattr(rt, "enqueue", lambda *a: pytest.fail("launched"))
     monkeypatch.setattr(rt, "buffer", lambda *a: pytest.fail("allocated"))
-    assert not direct.supports(P, rt).ok
+    assert not direct.supports(P, {}, rt).ok
     with pytest.raises(UnsupportedError, match="CL_DEVICE_MAX_MEM_ALLOC_SIZE of 256"):
         direct.prepare(P, w, b, {}, rt)
 

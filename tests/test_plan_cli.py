@@ -71,7 +71,7 @@ def test_not_onnx_file(tmp_path, capsys):
 
 
 def test_measured_policy_with_a_database_path(model_file, capsys, tmp_path):
-    pytest.importorskip("convsel.tuning.policy")
+    pytest.importorskip("convsel.policies.measured")
     db = str(tmp_path / "tuning.sqlite")
     assert main(["plan", model_file(groups_chain()), "--policy", "measured", "--db", db]) == 0
     out = capsys.readouterr().out

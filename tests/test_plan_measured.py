@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("onnx")
-policy = pytest.importorskip("convsel.tuning.policy")
+policy = pytest.importorskip("convsel.policies.measured")
 
 from onnx_models import activation_chain
 

@@ -99,7 +99,7 @@ def test_size_limits():
 
 
 def test_measured_policy_uses_the_configured_database(tmp_path):
-    pytest.importorskip("convsel.tuning.policy")
+    pytest.importorskip("convsel.policies.measured")
     with client_for(tuning_db=tmp_path / "t.sqlite") as c:
         r = upload(c, activation_chain(), policy="measured")
     doc = r.json()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from service_support import assert_error, client_for
 
@@ -89,13 +87,6 @@ def test_measured_policy_goes_through(client, tmp_path, monkeypatch):
     body = r.json()
     assert body["policy"] == "measured" and body["source"] == "rules"   # empty database
     assert body["trace"][-1]["id"].startswith("measured.")
-
-
-def test_measured_policy_without_the_tuning_layer_is_503(client, monkeypatch):
-    monkeypatch.setitem(sys.modules, "convsel.tuning.policy", None)   # import now fails
-    r = client.post("/v1/select", json={"problem": P, "policy": "measured"})
-    body = assert_error(r, 503, "feature_unavailable", "policy")
-    assert "convsel.tuning" in body["message"]
 
 
 def test_oversize_body_is_413():

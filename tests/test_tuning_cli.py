@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import convsel.ops
+import convsel.execute
 from convsel.cli import main, tune_cmd
 from convsel.tuning.db import TuningDB
 
@@ -25,13 +25,13 @@ LAYERS = [
 ]
 
 
-def fake_prepare(p, w, bias=None, *, algorithm, backend="numpy", **_: Any):
-    return SimpleNamespace(run=lambda x: x, backend=backend, fallback=None)
+def fake_build(p, algorithm, params, backend, w, bias=None, device=None):
+    return SimpleNamespace(run=lambda x: x), backend, None
 
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    monkeypatch.setattr(convsel.ops, "prepare", fake_prepare)   # stand-in kernels: fast
+    monkeypatch.setattr(convsel.execute, "build", fake_build)   # stand-in kernels: fast
     layers = tmp_path / "layers.json"
     layers.write_text(json.dumps(LAYERS))
     return SimpleNamespace(layers=str(layers), db=str(tmp_path / "t.sqlite"), tmp=tmp_path)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from convsel import ConvProblem, UnsupportedError, select
+from convsel import ConvProblem, UnsupportedError, choose, select
+from convsel.policies import measured as policy
 from convsel.tuning import measure as measure_mod
-from convsel.tuning import policy
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import Settings, candidates, decide, device_identity, measure
 from convsel.tuning.timing import Race
@@ -76,8 +76,8 @@ def test_dominated_and_excluded_algorithms_are_skipped_with_the_reason():
 
 
 # -- measure with stand-in kernels --------------------------------------------------------------
-def fake_prepare(fail: str = "", unsupported: str = "", fallback: str = ""):
-    def prepare(p, w, bias=None, *, algorithm, backend="numpy", tile=None, **_: Any):
+def fake_build(fail: str = "", unsupported: str = "", fallback: str = ""):
+    def build(p, algorithm, params, backend, w, bias=None, device=None):
         if algorithm == unsupported:
             raise UnsupportedError(f"{algorithm} is not here")
         ran_on = "numpy" if algorithm == fallback else backend
@@ -86,12 +86,13 @@ def fake_prepare(fail: str = "", unsupported: str = "", fallback: str = ""):
             if algorithm == fail:
                 raise RuntimeError("kernel exploded")
             return x
-        return SimpleNamespace(run=run, backend=ran_on, fallback="fell back to numpy")
-    return prepare
+        return SimpleNamespace(run=run), ran_on, "fell back to numpy" if ran_on != backend \
+            else None
+    return build
 
 
 def test_measure_reports_a_failing_algorithm_and_continues():
-    m = measure(P3, settings=FAST, prepare=fake_prepare(fail="fft", unsupported="direct"))
+    m = measure(P3, settings=FAST, build=fake_build(fail="fft", unsupported="direct"))
     assert m.errors == {"fft": "RuntimeError: kernel exploded"}
     assert "direct" in m.skipped and "gemm_1x1" in m.skipped
     assert {"im2col_gemm", "winograd:4x4", "winograd:2x2", "indirect_gemm"} <= set(
@@ -105,14 +106,14 @@ def test_measure_reports_a_failing_algorithm_and_continues():
 def test_measure_skips_a_candidate_that_fell_back_to_another_backend(monkeypatch):
     monkeypatch.setattr(measure_mod, "device_identity", lambda *a: {"vendor": "v", "name": "n",
                                                                     "driver": "d"})
-    m = measure(P1, "opencl", settings=FAST, prepare=fake_prepare(fallback="gemm_1x1"))
+    m = measure(P1, "opencl", settings=FAST, build=fake_build(fallback="gemm_1x1"))
     assert m.skipped["gemm_1x1"] == "fell back to numpy"   # numpy's time is not OpenCL's
     assert "im2col_gemm" in m.timings and "fft" in m.skipped   # no OpenCL FFT
 
 
 def test_measure_refuses_selection_only_dtypes():
     with pytest.raises(UnsupportedError, match="selection-only"):
-        measure(P3.replace(dtype="QASYMM8"), settings=FAST, prepare=fake_prepare())
+        measure(P3.replace(dtype="QASYMM8"), settings=FAST, build=fake_build())
 
 
 def test_race_times_blocks_in_rounds_and_rewarms_fast_candidates():
@@ -151,7 +152,7 @@ def test_race_prunes_hopeless_candidates_and_respects_the_budget():
 # -- the policy -------------------------------------------------------------------------------
 def test_without_an_entry_the_rules_answer_and_the_trace_says_so(db):
     acl = select(P3, "cpu")
-    sel = select(P3, "cpu", policy="measured", db=db)
+    sel = choose(P3, "cpu", policy="measured", db=db)
     assert (sel.method, sel.algorithm, sel.rule) == (acl.method, acl.algorithm, acl.rule)
     assert (sel.policy, sel.source, sel.measurement) == ("measured", "rules", None)
     assert sel.trace[-1].id == "measured.no-entry" and not sel.trace[-1].fired
@@ -161,7 +162,7 @@ def test_without_an_entry_the_rules_answer_and_the_trace_says_so(db):
 def test_a_winner_in_the_database_is_the_answer(db):
     record(db, P3, {"im2col_gemm": t(1.0, 0.01, "im2col_gemm"),
                     "winograd:4x4": t(2.0, 0.01, "winograd", tile=[4, 4])})
-    sel = select(P3, "cpu", policy="measured", db=db)
+    sel = choose(P3, "cpu", policy="measured", db=db)
     assert (sel.method, sel.algorithm, sel.source, sel.rule) == (
         "GEMM", "im2col_gemm", "tuning-db", "measured.tuning-db")
     assert sel.trace[-1].fired and "ACL's rules would run winograd:4x4" in sel.reason
@@ -173,7 +174,7 @@ def test_a_winner_in_the_database_is_the_answer(db):
 def test_a_winograd_winner_carries_its_tile(db):
     record(db, P3, {"winograd:2x2": t(1.0, 0.0, "winograd", tile=[2, 2]),
                     "im2col_gemm": t(3.0, 0.0, "im2col_gemm")})
-    sel = select(P3, "cpu", policy="measured", db=db)
+    sel = choose(P3, "cpu", policy="measured", db=db)
     assert (sel.method, sel.algorithm, dict(sel.params)) == ("WINOGRAD", "winograd",
                                                              {"tile": (2, 2)})
 
@@ -182,7 +183,7 @@ def test_a_tie_is_broken_by_the_rules_when_they_are_in_it(db):
     record(db, P3, {"im2col_gemm": t(1.00, 0.0, "im2col_gemm"),
                     "winograd:4x4": t(1.01, 0.0, "winograd", tile=[4, 4]),
                     "direct": t(5.0, 0.0, "direct")})
-    sel = select(P3, "cpu", policy="measured", db=db)
+    sel = choose(P3, "cpu", policy="measured", db=db)
     assert sel.algorithm == "winograd" and "ACL's rules break it" in sel.reason
 
 
@@ -190,7 +191,7 @@ def test_a_tie_without_the_rules_pick_goes_to_the_fastest(db):
     record(db, P3, {"im2col_gemm": t(1.00, 0.0, "im2col_gemm"),
                     "direct": t(1.01, 0.0, "direct"),
                     "winograd:4x4": t(5.0, 0.0, "winograd", tile=[4, 4])})
-    sel = select(P3, "cpu", policy="measured", db=db)
+    sel = choose(P3, "cpu", policy="measured", db=db)
     assert sel.algorithm == "im2col_gemm" and "fastest median breaks it" in sel.reason
 
 
@@ -198,13 +199,13 @@ def test_another_devices_entry_is_not_used(db):
     db.record(TuningEntry(problem=P3, backend="numpy",
                           device={"vendor": "v", "name": "elsewhere", "driver": "d"},
                           winner="direct", tie=(), timings={"direct": t(1.0, 0, "direct")}))
-    assert select(P3, "cpu", policy="measured", db=db).source == "rules"
+    assert choose(P3, "cpu", policy="measured", db=db).source == "rules"
 
 
 def test_a_broken_database_degrades_to_the_rules(tmp_path):
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not sqlite at all" * 100)
-    sel = select(P3, "cpu", policy="measured", db=junk)
+    sel = choose(P3, "cpu", policy="measured", db=junk)
     assert sel.source == "rules" and sel.algorithm == select(P3, "cpu").algorithm
     assert sel.trace[-1].id == "measured.db-unavailable"
     assert "junk.sqlite" in sel.trace[-1].reason
@@ -212,25 +213,25 @@ def test_a_broken_database_degrades_to_the_rules(tmp_path):
 
 def test_the_default_database_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVSEL_TUNING_DB", str(tmp_path / "env.sqlite"))
-    sel = select(P1, "cpu", policy="measured")
+    sel = choose(P1, "cpu", policy="measured")
     assert str(tmp_path / "env.sqlite") in sel.trace[-1].reason
 
 
 def test_tune_true_measures_records_and_answers(db, monkeypatch):
-    import convsel.ops
+    import convsel.execute
 
-    monkeypatch.setattr(convsel.ops, "prepare", fake_prepare())
-    sel = select(P1, "cpu", policy="measured", db=db, tune=True)
+    monkeypatch.setattr(convsel.execute, "build", fake_build())
+    sel = choose(P1, "cpu", policy="measured", db=db, tune=True)
     assert sel.source == "tuning-db"
     assert db.lookup(P1, "numpy", device_identity("numpy")) is not None
-    assert select(P1, "cpu", policy="measured", db=db).source == "tuning-db"
+    assert choose(P1, "cpu", policy="measured", db=db).source == "tuning-db"
 
 
 def test_blas_thread_settings_are_part_of_the_device_key(db, monkeypatch):
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     record(db, P1, {"direct": t(1.0, 0.0, "direct"), "gemm_1x1": t(3.0, 0.0, "gemm_1x1")})
-    assert select(P1, "cpu", policy="measured", db=db).source == "tuning-db"
+    assert choose(P1, "cpu", policy="measured", db=db).source == "tuning-db"
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert "OPENBLAS_NUM_THREADS=1" in device_identity("numpy")["driver"]
     policy._cached_identity.cache_clear()   # identities are cached per process
-    assert select(P1, "cpu", policy="measured", db=db).source == "rules"
+    assert choose(P1, "cpu", policy="measured", db=db).source == "rules"

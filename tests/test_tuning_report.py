@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-import convsel.tuning.report as report_mod
+import convsel.evaluation.report as report_mod
 from convsel import ConvProblem, UnsupportedError, select
+from convsel.evaluation.render import plots, table
+from convsel.evaluation.report import build_report, geomean
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.layers import Layer
 from convsel.tuning.measure import Measurement, decide, device_identity
-from convsel.tuning.render import plots, table
-from convsel.tuning.report import build_report, geomean
 
 DEVICE = {"vendor": "x86_64", "name": "test-cpu", "driver": "numpy"}
 P3 = ConvProblem(1, 16, 16, 32, 32, 3, 3, pad=1)          # ACL: winograd 4x4

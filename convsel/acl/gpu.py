@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..problem import ConvProblem
 from ..rules import Rules
 from ..targets import Target
+from ..verdict import Decision, Trace, Verdict, failed
 from . import tables
 from . import validate_gpu as v
-from .verdict import Decision, Trace, Verdict, failed
 
 
 def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,

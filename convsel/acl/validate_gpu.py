@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..problem import ConvProblem
 from ..rules import Rules
 from ..targets import Target
-from .verdict import Verdict, failed, passed
+from ..verdict import Verdict, failed, passed
 
 _GROUPS = "ACL's Conv2d has no groups: weights IFM must equal src C (groups must be 1)"
 

@@ -2,8 +2,9 @@
 
 Each implementation module exposes:
 
-    supports(problem, runtime) -> Verdict
-        constraints of this backend beyond convsel.algorithms.supports (dtype, device limits)
+    supports(problem, params, runtime) -> Verdict
+        constraints of this backend beyond convsel.algorithms.supports (dtype, device limits);
+        ``params`` are already resolved (the Winograd tile, kernel tile sizes)
     prepare(problem, weights_ohwi, bias, params, runtime) -> kernel
         binds the weights once (transforms them); ``kernel.run(x_nhwc) -> y_nhwc`` with bias
         and activation applied, and ``kernel.workspace_bytes`` the memory beyond x, w and y.
@@ -18,29 +19,25 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ..acl.verdict import Verdict, failed
+from ..algorithms.registry import REGISTRY
+from ..errors import InvalidProblemError
+from ..verdict import Verdict, failed
 
 BACKENDS: dict[str, str] = {
     "numpy": "convsel.backends.numpy",
     "opencl": "convsel.backends.opencl",
 }
 
+# (algorithm, backend) -> implementing module, from the algorithm registry.
 IMPLEMENTATIONS: dict[tuple[str, str], str] = {
-    ("direct", "numpy"): "convsel.backends.numpy.direct",
-    ("im2col_gemm", "numpy"): "convsel.backends.numpy.im2col_gemm",
-    ("gemm_1x1", "numpy"): "convsel.backends.numpy.gemm_1x1",
-    ("winograd", "numpy"): "convsel.backends.numpy.winograd",
-    ("indirect_gemm", "numpy"): "convsel.backends.numpy.indirect_gemm",
-    ("fft", "numpy"): "convsel.backends.numpy.fft",
-    ("direct", "opencl"): "convsel.backends.opencl.direct",
-    ("im2col_gemm", "opencl"): "convsel.backends.opencl.im2col_gemm",
-    ("gemm_1x1", "opencl"): "convsel.backends.opencl.gemm_1x1",
-    ("winograd", "opencl"): "convsel.backends.opencl.winograd",
-    ("indirect_gemm", "opencl"): "convsel.backends.opencl.indirect_gemm",
-}
+    (spec.id, backend): module for spec in REGISTRY for backend, module in spec.backends.items()}
 
 
 def backend_module(backend: str) -> ModuleType:
+    """The package of ``backend``; an unknown name is the caller's error."""
+    if backend not in BACKENDS:
+        raise InvalidProblemError("backend", backend,
+                                  f"unknown backend; known: {', '.join(BACKENDS)}")
     return importlib.import_module(BACKENDS[backend])
 
 

@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from ..evaluation.render import plots, table
+from ..evaluation.report import build_report
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer
-from ..tuning.render import plots, table
-from ..tuning.report import build_report
 from .tune_cmd import add_timing_arguments, device_arg, layers_from_args, settings_from_args
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..selection import select
+from ..policies import choose
 from .problem_args import add_problem_arguments, problem_from_args
 
 
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
-    sel = select(problem, args.target, rules=args.rules, policy=args.policy)
+    sel = choose(problem, args.target, rules=args.rules, policy=args.policy)
     if args.json:
         print(json.dumps({"problem": problem.to_dict(), **sel.to_dict()}, indent=2))
     else:

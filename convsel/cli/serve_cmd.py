@@ -1,14 +1,16 @@
-"""``convsel serve``: the HTTP service (``service.app``) under uvicorn.
+"""``convsel serve``: the HTTP service, installed with the ``[service]`` extra.
 
-Defaults come from the ``CONVSEL_*`` environment (``service.config.Settings``); flags win.
-The library itself never imports FastAPI: this command hands uvicorn an import string.
+The library never imports the service: this command looks for it at run time and, when the
+extra is missing, says which one to install.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 
-APP = "service.app:create_app"
+INSTALL_HINT = "convsel serve needs the service extra: pip install 'convsel[service]'"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,15 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from service.config import Settings
-
-    settings = Settings()
-    uvicorn.run(APP, factory=True,
-                host=args.host if args.host is not None else settings.host,
-                port=args.port if args.port is not None else settings.port,
-                workers=args.workers if args.workers is not None else settings.workers,
-                log_level=args.log_level, access_log=settings.access_log,
-                limit_concurrency=settings.max_connections, server_header=False)
+    try:
+        server = importlib.import_module("service.server")
+    except ImportError as exc:
+        print(f"{INSTALL_HINT} ({exc})", file=sys.stderr)
+        return 2
+    server.serve(host=args.host, port=args.port, workers=args.workers,
+                 log_level=args.log_level)
     return 0

@@ -10,15 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import supports as algorithm_supports
-from ..algorithms import winograd_tiles
+from .. import algorithms
 from ..errors import ConvselError
 from ..rules import load_rules
 from ..tuning.layers import Layer, distinct
 from .problem_args import add_problem_arguments
 from .tune_cmd import layers_from_args
 
-ALGORITHMS = ("direct", "im2col_gemm", "gemm_1x1", "winograd", "indirect_gemm")
+# every algorithm the OpenCL backend implements, from the registry
+ALGORITHMS = tuple(a for a in algorithms.ALGORITHMS if "opencl" in algorithms.spec(a).backends)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,14 +46,13 @@ def _layers(args: argparse.Namespace) -> list[Layer]:
     return layers
 
 
-def _variants(layer: Layer, algorithms: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+def _variants(layer: Layer, names: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
     rules = load_rules()
     out = []
-    for name in algorithms:
-        if not algorithm_supports(name, layer.problem, rules).ok:
+    for name in names:
+        if not algorithms.supports(name, layer.problem, rules).ok:
             continue
-        tiles = winograd_tiles(layer.problem, rules) if name == "winograd" else [None]
-        out += [(name, {"tile": t} if t else {}) for t in tiles]
+        out += [(name, params) for params in algorithms.variants(name, layer.problem, rules)]
     return out
 
 
@@ -78,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
             module = implementation(name, "opencl")
             before, t0 = tuned.tuned, time.perf_counter()
             try:
-                if not module.supports(p, runtime).ok:
+                if not module.supports(p, params, runtime).ok:
                     continue
                 module.prepare(p, w, None, params, runtime).run(x)
             except ConvselError as exc:
                 failures += 1
                 print(f"{layer.label} {name}: not tuned: {exc}", file=sys.stderr)
                 continue
-            label = f"{name}{params.get('tile', '')}"
+            label = algorithms.label_of(name, params)
             print(f"{layer.label} {label}: {tuned.tuned - before} new kernel(s) in "
                   f"{time.perf_counter() - t0:.1f} s")
     print(f"{tuned.tuned} kernel configuration(s) tuned in {time.perf_counter() - started:.1f} "

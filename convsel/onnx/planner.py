@@ -9,9 +9,10 @@ from typing import Any
 from .._version import __version__
 from ..acl.tables import parse_near_misses
 from ..errors import ConvselError, InvalidProblemError, UnsupportedError
+from ..policies import POLICIES, choose
 from ..problem import LAYOUTS, ConvProblem
 from ..rules import Rules, default_rules, load_rules
-from ..selection import POLICIES, Selection, select
+from ..selection import Selection, select
 from ..targets import Target, resolve_target
 from .errors import PlanError
 from .fusion import GraphIndex, fused_activation, node_label
@@ -201,7 +202,7 @@ def _plan_node(node: Any, i: int, name: str, tensors: Mapping[str, TensorInfo],
 def _select(problem: ConvProblem, target: Target, rules: Rules, policy: str,
             options: Mapping[str, Any]) -> Selection:
     try:
-        return select(problem, target, rules=rules, policy=policy, **options)
+        return choose(problem, target, rules=rules, policy=policy, **options)
     except ImportError as exc:
         raise UnsupportedError(f"policy {policy!r} needs convsel's tuning database "
                                f"(convsel.tuning), which cannot be imported here ({exc}); "

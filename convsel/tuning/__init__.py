@@ -1,23 +1,15 @@
-"""Measured selection: time every algorithm on this machine, remember the winner, and report
-how far each policy's pick is from the fastest.
+"""Measurements and their store: time every algorithm on this machine, keep the timings, and
+report how far each policy's pick is from the fastest.
 
-- :mod:`~convsel.tuning.db`: the SQLite tuning database (:class:`TuningDB`).
-- :mod:`~convsel.tuning.measure`: ``measure.measure()`` times the candidates of one problem.
-- :mod:`~convsel.tuning.policy`: ``select(..., policy="measured")`` answers from the database.
-- :mod:`~convsel.tuning.report`: per-layer regret of each policy against the fastest.
+- :mod:`~convsel.tuning.db`: the tuning database (:class:`TuningDB`).
+- :mod:`~convsel.tuning.measure`: ``measure.measure()`` times the variants of one problem
+  (through :mod:`convsel.execute`, never the front door).
+- :mod:`~convsel.evaluation.report`: per-layer regret of each policy against the fastest.
+
+The "measured" policy that answers from the database is :mod:`convsel.policies.measured`.
 """
 
 from .db import TuningDB, default_path
 from .entry import IMPLEMENTATIONS_VERSION, TuningEntry
-from .measure import Measurement, Settings
-from .policy import select_measured
 
-__all__ = [
-    "IMPLEMENTATIONS_VERSION",
-    "Measurement",
-    "Settings",
-    "TuningDB",
-    "TuningEntry",
-    "default_path",
-    "select_measured",
-]
+__all__ = ["IMPLEMENTATIONS_VERSION", "TuningDB", "TuningEntry", "default_path"]

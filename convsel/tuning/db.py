@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -21,6 +22,7 @@ from typing import Any
 
 import platformdirs
 
+from .. import config
 from .._version import __version__
 from ..errors import TuningDatabaseError
 from ..problem import ConvProblem
@@ -46,7 +48,7 @@ _COLUMNS = ("problem", "backend", "vendor", "device", "driver", "convsel_version
 
 def default_path() -> Path:
     """``$CONVSEL_TUNING_DB``, else ``tuning.sqlite`` in the user's data directory."""
-    env = os.environ.get(ENV_VAR)
+    env = config.current().tuning_db
     if env:
         return Path(env).expanduser()
     return platformdirs.user_data_path("convsel") / "tuning.sqlite"
@@ -319,3 +321,22 @@ def _entry(row: tuple[Any, ...]) -> TuningEntry:
                        device={"vendor": vendor, "name": device, "driver": driver},
                        winner=winner, tie=tuple(json.loads(tie)), timings=json.loads(timings),
                        convsel_version=cv, implementations_version=iv, created=created)
+
+
+_open: dict[Path, TuningDB] = {}
+_open_lock = threading.Lock()
+
+
+def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
+    """``db`` itself, or the (cached) database at that path or the default path.
+
+    Raises TuningDatabaseError when the file cannot be used; a failure is not cached, so a
+    repaired file is picked up on the next call.
+    """
+    if isinstance(db, TuningDB):
+        return db
+    path = Path(db).expanduser() if db is not None else default_path()
+    with _open_lock:
+        if path not in _open:
+            _open[path] = TuningDB(path)
+        return _open[path]

@@ -5,7 +5,7 @@ all are timed in interleaved rounds until each has ``min_runs`` runs and ``min_t
 seconds (see :mod:`convsel.tuning.timing`). The median is kept with its interquartile range.
 A candidate is the winner only if it beats the runner-up by more than the noise; otherwise
 the close ones are kept as a tie, which the rules break when the policy answers (see
-:mod:`convsel.tuning.policy`).
+:mod:`convsel.policies.measured`).
 """
 
 from __future__ import annotations
@@ -20,23 +20,22 @@ from typing import Any
 import numpy as np
 
 from .. import algorithms, backends
-from ..acl.verdict import Verdict, failed, passed
+from ..algorithms import label_of
 from ..errors import ConvselError, FallbackWarning, UnsupportedError
 from ..problem import ConvProblem
-from ..rules import Rules
-from ..selection import _rules
+from ..rules import Rules, as_rules
+from ..verdict import Verdict, failed, passed
 from .entry import TuningEntry
+from .identity import device_identity
 from .timing import Race, Settings
 
 # Two medians closer than this fraction of the faster one are not told apart, whatever the
 # IQRs say: a handful of runs on a shared machine does not resolve finer differences.
 NOISE_FLOOR = 0.03
-# Likely-fast algorithms first, so that pruning has a yardstick before the slow ones run.
-_TIMING_ORDER = ("gemm_1x1", "im2col_gemm", "winograd", "indirect_gemm", "fft", "direct")
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Variant:
     """One algorithm with fixed parameters; ``label`` names it in timings and the database."""
 
     label: str
@@ -85,37 +84,22 @@ class Measurement:
                            winner=self.winner, tie=self.tie, timings=timings)
 
 
-def _timing_rank(algorithm: str) -> int:
-    return _TIMING_ORDER.index(algorithm) if algorithm in _TIMING_ORDER else len(_TIMING_ORDER)
-
-
 def timed(timings: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """The timings that hold a median (no error, not skipped)."""
     return {k: v for k, v in timings.items() if "median_s" in v}
 
 
-def label_of(algorithm: str, params: Mapping[str, Any] | None = None) -> str:
-    """``"winograd:4x4"`` for a Winograd tile, else the algorithm id."""
-    tile = (params or {}).get("tile")
-    return f"{algorithm}:{tile[0]}x{tile[1]}" if tile else algorithm
-
-
-def device_identity(backend: str, device: Any = None) -> dict[str, str]:
-    """vendor, name and driver of ``device`` on ``backend``: the database's device key."""
-    module = backends.backend_module(backend)
-    ident = module.device_identity(module.get_runtime(device))
-    return {k: str(ident.get(k, "")) for k in ("vendor", "name", "driver")}
-
-
 def candidates(problem: ConvProblem, backend: str, rules: Rules | None = None,
-               exclude: Collection[str] = ()) -> tuple[list[Candidate], dict[str, str]]:
+               exclude: Collection[str] = ()) -> tuple[list[Variant], dict[str, str]]:
     """Every (algorithm, parameters) that may run ``problem`` on ``backend``, and the
     algorithms that will not be timed, with why: unsupported, excluded by the caller, or
     dominated (see :func:`dominated`). Winograd gives one candidate per output tile."""
-    loaded = _rules(rules)
-    found: list[Candidate] = []
+    loaded = as_rules(rules)
+    found: list[Variant] = []
     skipped: dict[str, str] = {}
-    for alg in sorted(algorithms.ALGORITHMS, key=_timing_rank):
+    # likely-fast algorithms first (the registry's timing order), so that pruning has a
+    # yardstick before the slow ones run
+    for alg in algorithms.TIMING_ORDER:
         verdict = algorithms.supports(alg, problem, loaded)
         if verdict.ok:
             verdict = backends.implemented(alg, backend)
@@ -126,11 +110,8 @@ def candidates(problem: ConvProblem, backend: str, rules: Rules | None = None,
         if not verdict.ok:
             skipped[alg] = verdict.reason
             continue
-        if alg == "winograd":
-            found += [Candidate(label_of(alg, {"tile": t}), alg, {"tile": t})
-                      for t in algorithms.winograd_tiles(problem, loaded)]
-        else:
-            found.append(Candidate(alg, alg, {}))
+        found += [Variant(label_of(alg, params), alg, params)
+                  for params in algorithms.variants(alg, problem, loaded)]
     return found, skipped
 
 
@@ -177,7 +158,7 @@ def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[
 def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
             rules: Rules | None = None, settings: Settings | None = None,
             on_candidate: Callable[[str], None] | None = None,
-            prepare: Callable[..., Any] | None = None,
+            build: Callable[..., Any] | None = None,
             budget_s: float | None = None, exclude: Collection[str] = ()) -> Measurement:
     """Time every candidate of ``problem`` on ``backend`` and decide the winner.
 
@@ -191,8 +172,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         Warm-up runs, minimum runs and time, maximum runs, data seed, prune factor.
     on_candidate : callable, optional
         Called with each label before it is timed (progress display).
-    prepare : callable, optional
-        :func:`convsel.ops.prepare` or a stand-in with its signature (tests).
+    build : callable, optional
+        :func:`convsel.execute.build` or a stand-in with its signature (tests).
     budget_s : float, optional
         Stop after about this many seconds (checked between runs: a run is never cut short);
         candidates not started are skipped with that reason, and ``untimed`` lists them and
@@ -214,8 +195,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     if not problem.is_float:
         raise UnsupportedError(f"dtype {problem.dtype} is selection-only: only F32 and F16 "
                                "problems can be timed")
-    if prepare is None:
-        from ..ops import prepare
+    if build is None:
+        from ..execute import build
     settings = settings or Settings()
     found, skipped = candidates(problem, backend, rules, exclude)
     x, w, bias = _data(problem, settings.seed)
@@ -231,7 +212,7 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         if on_candidate is not None:
             on_candidate(cand.label)
         try:
-            op = _prepare(prepare, problem, w, bias, cand, backend, device, rules)
+            op = _build(build, problem, w, bias, cand, backend, device)
             race.enter(cand.label, functools.partial(op.run, x))
         except _Skip as exc:
             skipped[cand.label] = str(exc)
@@ -259,24 +240,24 @@ class _Skip(Exception):
     """The backend turned the candidate down: a capability gap, not a failure."""
 
 
-def _prepare(prepare: Callable[..., Any], p: ConvProblem, w: np.ndarray, bias: np.ndarray,
-             cand: Candidate, backend: str, device: Any, rules: Rules | None) -> Any:
+def _build(build: Callable[..., Any], p: ConvProblem, w: np.ndarray, bias: np.ndarray,
+           cand: Variant, backend: str, device: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
         try:
-            op = prepare(p, w, bias, algorithm=cand.algorithm, backend=backend, device=device,
-                         rules=rules, tile=cand.params.get("tile"))
+            kernel, used, why = build(p, cand.algorithm, cand.params, backend, w, bias, device)
         except UnsupportedError as exc:
             raise _Skip(str(exc)) from exc
-    if getattr(op, "backend", backend) != backend:
+    if used != backend:
         # timing the numpy fallback would credit OpenCL with numpy's speed
-        raise _Skip(getattr(op, "fallback", None) or f"ran on {op.backend}, not {backend}")
-    return op
+        raise _Skip(why or f"ran on {used}, not {backend}")
+    return kernel
 
 
 def _data(p: ConvProblem, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     dtype = np.float16 if p.dtype == "F16" else np.float32
-    x = rng.standard_normal(p.input_shape).astype(dtype)
+    # kernels run NHWC; a layout change is the front door's, not the algorithm's, time
+    x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(dtype)
     w = (rng.standard_normal(p.weights_shape) / np.sqrt(p.kh * p.kw * p.c / p.groups))
     return x, w.astype(dtype), rng.standard_normal(p.k).astype(dtype)

@@ -20,7 +20,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
-from convsel import ops
+from convsel import api as ops
 from convsel.errors import InvalidProblemError
 from convsel.problem import ConvProblem
 

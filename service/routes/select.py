@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from convsel.errors import InvalidProblemError
-from convsel.selection import POLICIES
+from convsel.policies import POLICIES
 from convsel.targets import resolve_target
 
 from ..convert import (

@@ -22,11 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from convsel import backends
 from convsel.errors import BackendUnavailableError, InvalidProblemError, TuningDatabaseError
+from convsel.policies import choose
 from convsel.problem import ConvProblem
-from convsel.selection import select
-from convsel.tuning.db import TuningDB
+from convsel.tuning.db import TuningDB, open_db
 from convsel.tuning.measure import Measurement, device_identity, measure
-from convsel.tuning.policy import open_db
 
 from ..convert import to_problem
 from ..errors import BusyError, TooLargeError, responses
@@ -152,7 +151,7 @@ def _tune(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[
         view = {"cached": False, "complete": m.complete, "recorded": recorded, "note": note,
                 "winner": m.winner, "tie": list(m.tie), "device": dict(m.device),
                 "timings": {**m.timings, **{k: {"skipped": v} for k, v in m.skipped.items()}}}
-    sel = select(problem, body.target or s.default_target, rules=state.loaded_rules(),
+    sel = choose(problem, body.target or s.default_target, rules=state.loaded_rules(),
                  policy="measured", backend=backend, device=device,
                  db=db if db is not None else s.tuning_db)
     return {"problem": problem.to_dict(), "backend": backend, **view,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...acl.verdict import Verdict
+from ...verdict import Verdict
 
 
 def available() -> Verdict:

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...acl.verdict import Verdict, failed, passed
 from ...errors import InvalidProblemError
 from ...problem import ConvProblem
+from ...verdict import Verdict, failed, passed
 
 F32 = np.float32
 ITEM = 4   # bytes of a float32: all workspaces hold float32

@@ -16,19 +16,20 @@ operations are short and memory-bound, and the threads contend for the GIL betwe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ...acl.verdict import Verdict
 from ...problem import ConvProblem
+from ...verdict import Verdict
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
 
 BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays in L2)
 
 
-def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
     return float_only(p, "direct")
 
 

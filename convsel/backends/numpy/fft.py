@@ -12,14 +12,15 @@ The filter FFT is done once, at prepare time. Problems whose spectra would excee
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import scipy.fft
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...acl.verdict import Verdict, failed
 from ...problem import ConvProblem
+from ...verdict import Verdict, failed
 from .common import (
     WORKERS,
     Prepared,
@@ -51,7 +52,7 @@ def _plan(p: ConvProblem) -> tuple[tuple[int, int], tuple[int, int], tuple[int, 
     return (fy, fx), (ty, tx), (ceil_div(full[0], ty), ceil_div(full[1], tx))
 
 
-def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
     dtype = float_only(p, "fft")
     if not dtype.ok:
         return dtype

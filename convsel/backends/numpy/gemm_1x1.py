@@ -6,25 +6,22 @@ a strided 1×1 first subsamples the input (the only workspace), then runs the sa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ...acl.verdict import Verdict, failed
-from ...algorithms import supports as algorithm_supports
 from ...problem import ConvProblem
-from ...rules import default_rules
+from ...verdict import Verdict, failed
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
 
 
-def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
     dtype = float_only(p, "gemm_1x1")
-    if not dtype.ok:
-        return dtype
-    shape = algorithm_supports("gemm_1x1", p, default_rules())
-    if not shape.ok:   # prepare() checks this too, but a direct caller may not have
-        return failed(shape.reason)
+    if dtype.ok and (p.kh, p.kw, p.groups) != (1, 1, 1) or p.pad != (0, 0, 0, 0):
+        # the registry's constraint, repeated: this module's GEMM has no other shape
+        return failed(f"numpy gemm_1x1 runs ungrouped, unpadded 1x1 kernels, not {p}")
     return dtype
 
 

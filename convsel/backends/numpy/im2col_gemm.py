@@ -10,12 +10,13 @@ instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ...acl.verdict import Verdict
 from ...problem import ConvProblem
+from ...verdict import Verdict
 from .common import (
     ITEM,
     Prepared,
@@ -31,7 +32,7 @@ from .common import (
 from .epilogue import finish
 
 
-def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
     return float_only(p, "im2col_gemm")
 
 

@@ -11,12 +11,13 @@ working set.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ...acl.verdict import Verdict, failed
 from ...problem import ConvProblem
+from ...verdict import Verdict, failed
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
 
@@ -24,7 +25,7 @@ BLOCK_ELEMENTS = 1 << 20   # floats in one gathered block (4 MiB): rows of the G
 MIN_BLOCK_ROWS = 256       # fewer rows than this and BLAS efficiency drops
 
 
-def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
     dtype = float_only(p, "indirect_gemm")
     if not dtype.ok:
         return dtype

@@ -17,18 +17,16 @@ Problems whose tile buffers would exceed ``WORKSPACE_CAP`` run in bands of tile 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...acl.verdict import Verdict, failed
-from ...algorithms import supports as algorithm_supports
-from ...algorithms import winograd_tiles
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
-from ...rules import default_rules
-from ...winograd_transforms import winograd_kron_2d
+from ...verdict import Verdict
+from ...winograd_transforms import tile_verdict, winograd_kron_2d
 from .common import (
     ITEM,
     Prepared,
@@ -43,14 +41,11 @@ from .common import (
 from .epilogue import finish
 
 
-def supports(p: ConvProblem, runtime: Any = None) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
     dtype = float_only(p, "winograd")
     if not dtype.ok:
         return dtype
-    shape = algorithm_supports("winograd", p, default_rules())
-    if not shape.ok:
-        return failed(shape.reason)
-    return dtype
+    return tile_verdict(p, params, "numpy")
 
 
 class Winograd(Prepared):
@@ -113,10 +108,7 @@ class Winograd(Prepared):
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,
             params: dict[str, Any], runtime: Any = None) -> Winograd:
-    tiles = winograd_tiles(p, default_rules())
-    tile = tuple(params.get("tile") or tiles[0])
-    if tile not in tiles:
-        raise UnsupportedError(f"numpy winograd: tile {tile} is not paired with a "
-                               f"{p.kh}x{p.kw} kernel; choose from {tiles}",
-                               algorithm="winograd", backend="numpy")
-    return Winograd(p, w_ohwi, bias, (int(tile[0]), int(tile[1])))
+    verdict = tile_verdict(p, params, "numpy")
+    if not verdict.ok:
+        raise UnsupportedError(verdict.reason, algorithm="winograd", backend="numpy")
+    return Winograd(p, w_ohwi, bias, verdict.params["tile"])

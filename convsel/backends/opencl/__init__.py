@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...acl.verdict import Verdict, failed
+from ...verdict import Verdict, failed
 
 
 def available() -> Verdict:

@@ -10,13 +10,13 @@ was built for (identity and driver version), its source and its build options, s
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ... import config
 from ...errors import InvalidProblemError
 
 T = TypeVar("T")
@@ -55,7 +55,7 @@ class CacheStats:
 
 def capacity_from_env(default: int = DEFAULT_CAPACITY) -> int:
     """``$CONVSEL_CL_CACHE_CAPACITY`` if set (a positive integer), else ``default``."""
-    raw = os.environ.get(CAPACITY_ENV)
+    raw = config.current().cl_cache_capacity
     if raw is None or not raw.strip():
         return default
     try:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from ...acl.verdict import Verdict
 from ...problem import ConvProblem
+from ...verdict import Verdict
 from . import program as prog
 from .prepared import (
     NUMPY_DTYPES,
@@ -32,7 +35,7 @@ def block_k(p: ConvProblem) -> int:
     return 1
 
 
-def supports(p: ConvProblem, runtime: Runtime) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Verdict:
     return plan_verdict(p, io_plan(p), runtime)
 
 

@@ -3,10 +3,13 @@ as it lies (read at every stride-th pixel when strided), so no copy and no works
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from ...acl.verdict import Verdict
 from ...problem import ConvProblem
+from ...verdict import Verdict
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
 from .prepared import (
@@ -21,7 +24,7 @@ from .prepared import (
 from .runtime import Runtime
 
 
-def supports(p: ConvProblem, runtime: Runtime) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Verdict:
     return plan_verdict(p, io_plan(p), runtime)
 
 

@@ -3,10 +3,13 @@ it by the weights group by group, with bias and activation fused into the GEMM's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from ...acl.verdict import Verdict
 from ...problem import ConvProblem
+from ...verdict import Verdict
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
 from .prepared import (
@@ -29,7 +32,7 @@ def _plan(p: ConvProblem) -> BufferPlan:
     return io_plan(p).add("col", p.groups * m * kd, p.element_size)
 
 
-def supports(p: ConvProblem, runtime: Runtime) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Verdict:
     return plan_verdict(p, _plan(p), runtime)
 
 

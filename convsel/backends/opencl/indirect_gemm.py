@@ -3,10 +3,13 @@ output pixel and kernel tap, built once at prepare time, replaces im2col's copy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from ...acl.verdict import Verdict
 from ...problem import ConvProblem
+from ...verdict import Verdict
 from . import program as prog
 from .prepared import (
     NUMPY_DTYPES,
@@ -43,7 +46,7 @@ def indirection(p: ConvProblem) -> np.ndarray:
     return np.ascontiguousarray(offsets.reshape(-1, p.kh * p.kw), dtype=np.int32)
 
 
-def supports(p: ConvProblem, runtime: Runtime) -> Verdict:
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Verdict:
     return plan_verdict(p, _plan(p), runtime)
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from ...acl.verdict import Verdict, failed, passed
 from ...errors import InvalidProblemError, KernelBuildError, UnsupportedError
 from ...problem import ConvProblem
+from ...verdict import Verdict, failed, passed
 from .runtime import KernelLaunchError, Runtime
 
 NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16}

@@ -12,12 +12,12 @@ given geometry; the tuner's configuration id still includes them.
 
 from __future__ import annotations
 
-import os
 from functools import cache
 from importlib import resources
 
 import numpy as np
 
+from ... import config
 from ...activation import KINDS
 from ...problem import ConvProblem
 from .runtime import Runtime
@@ -53,7 +53,7 @@ def half_mode(p: ConvProblem, runtime: Runtime) -> str | None:
     None for F32."""
     if p.dtype != "F16":
         return None
-    if runtime.fp16 and os.environ.get(HALF_ENV, "auto").strip().lower() != "storage":
+    if runtime.fp16 and (config.current().cl_half or "auto").strip().lower() != "storage":
         return "native"
     return "storage"
 

@@ -10,7 +10,6 @@ case-insensitive name substring), or a bare name substring of a device.
 from __future__ import annotations
 
 import math
-import os
 import re
 import threading
 import warnings
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyopencl as cl
 
+from ... import config
 from ...errors import (
     BackendUnavailableError,
     ConvselError,
@@ -105,7 +105,8 @@ def parse_device_spec(spec: Any) -> cl.Device:
 
 def choose_device(spec: Any = None) -> cl.Device:
     """The device to use for ``spec`` (None: environment, then first GPU, then first)."""
-    for candidate in (spec, os.environ.get(DEVICE_ENV), os.environ.get(STANDARD_ENV)):
+    settings = config.current()
+    for candidate in (spec, settings.opencl_device, settings.pyopencl_ctx):
         if candidate is not None and candidate != "":
             return parse_device_spec(candidate)
     devices = all_devices()

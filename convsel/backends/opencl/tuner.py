@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
+from ... import config
 from ...errors import InvalidProblemError
 
 if TYPE_CHECKING:
@@ -252,8 +253,9 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def tuner_from_env() -> CLTuner:
-    mode = parse_mode(os.environ.get(MODE_ENV), MODE_ENV)
-    path = os.environ.get(FILE_ENV) or None
+    settings = config.current()
+    mode = parse_mode(settings.cl_tuner, MODE_ENV)
+    path = settings.cl_tuner_file
     if mode is not None and path is None:
         path = str(default_file())
     return CLTuner(mode, path)

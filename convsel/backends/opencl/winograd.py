@@ -6,13 +6,15 @@ float32 for F16 too."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from ...acl.verdict import Verdict
-from ...algorithms import winograd_tiles
+from ...errors import UnsupportedError
 from ...problem import ConvProblem
-from ...rules import load_rules
-from ...winograd_transforms import winograd_matrices_2d
+from ...verdict import Verdict
+from ...winograd_transforms import tile_verdict, winograd_matrices_2d
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
 from .prepared import (
@@ -30,13 +32,6 @@ from .prepared import (
 from .runtime import Runtime
 
 
-def _tile(p: ConvProblem, params: dict) -> tuple[int, int]:
-    tile = params.get("tile")
-    if tile:
-        return (int(tile[0]), int(tile[1]))
-    return winograd_tiles(p, load_rules())[0]
-
-
 def _plan(p: ConvProblem, tile: tuple[int, int]) -> BufferPlan:
     ah, aw = tile[0] + p.kh - 1, tile[1] + p.kw - 1
     tiles = p.n * -(-p.out_h // tile[0]) * -(-p.out_w // tile[1])
@@ -44,11 +39,11 @@ def _plan(p: ConvProblem, tile: tuple[int, int]) -> BufferPlan:
             .add("U", ah * aw * p.c * p.k, 4))
 
 
-def supports(p: ConvProblem, runtime: Runtime) -> Verdict:
-    tiles = winograd_tiles(p, load_rules())
-    if not tiles:
-        return Verdict(False, f"no Winograd transform for a {p.kh}x{p.kw} kernel")
-    return plan_verdict(p, _plan(p, tiles[0]), runtime)
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Verdict:
+    tile = tile_verdict(p, params, "opencl")
+    if not tile.ok:
+        return tile
+    return plan_verdict(p, _plan(p, tile.params["tile"]), runtime)
 
 
 def _constants(name: str, matrix: np.ndarray) -> str:
@@ -76,7 +71,10 @@ def filter_transform(w: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
 
 def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
             runtime: Runtime) -> OpenCLKernel:
-    tile = _tile(p, params)
+    verdict = tile_verdict(p, params, "opencl")
+    if not verdict.ok:
+        raise UnsupportedError(verdict.reason, algorithm="winograd", backend="opencl")
+    tile = verdict.params["tile"]
     plan = _plan(p, tile)
     check_plan(p, plan, runtime, "winograd")
     dtype = NUMPY_DTYPES[p.dtype]

@@ -16,12 +16,14 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..algorithms import label_of
 from ..errors import ConvselError
+from ..policies import choose
 from ..rules import Rules
 from ..selection import Selection, select
-from .db import TuningDB
-from .layers import Layer
-from .measure import Measurement, Settings, label_of, measure, timed
+from ..tuning.db import TuningDB
+from ..tuning.layers import Layer
+from ..tuning.measure import Measurement, Settings, measure, timed
 
 POLICIES = ("acl", "measured")
 
@@ -186,7 +188,7 @@ def _select(layer: Layer, policy: str, target: str, rules: Rules | None, backend
             device: Any, db: TuningDB | None) -> Selection:
     if policy == "acl":
         return select(layer.problem, target, rules=rules)
-    return select(layer.problem, target, rules=rules, policy="measured", backend=backend,
+    return choose(layer.problem, target, rules=rules, policy="measured", backend=backend,
                   device=device, db=db)
 
 

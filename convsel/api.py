@@ -1,4 +1,5 @@
-"""conv2d() and prepare(): run a convolution with the selected (or a named) algorithm.
+"""conv2d() and prepare(): the user's front door. A policy chooses (or the caller names) the
+algorithm, then :mod:`convsel.execute` builds it on the backend.
 
 In ACL's configure/prepare/run spirit, :func:`prepare` binds a problem and its weights once
 (transforming the weights for the algorithm), and :meth:`PreparedConv.run` is then called many
@@ -7,23 +8,18 @@ times. :func:`conv2d` is prepare + run.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import algorithms, backends
-from .errors import (
-    ConvselError,
-    FallbackWarning,
-    InvalidProblemError,
-    UnsupportedError,
-)
+from . import algorithms, backends, execute
+from .errors import InvalidProblemError, UnsupportedError
 from .layouts import WEIGHTS_LAYOUTS, nchw_to_nhwc, nhwc_to_nchw, ohwi_shape, weights_to_ohwi
+from .policies import POLICY_OPTIONS, choose
 from .problem import ConvProblem
-from .rules import Rules
-from .selection import Selection, _rules, select
+from .rules import Rules, as_rules
+from .selection import Selection
 from .targets import resolve_target
 
 _NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16}
@@ -100,13 +96,15 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
             weights_layout: str = "OHWI", algorithm: str = "auto", backend: str = "numpy",
             target: str = "cpu", device: Any = None, policy: str = "acl",
             rules: Rules | str | None = None, tile: tuple[int, int] | None = None,
+            params: dict[str, Any] | None = None, db: Any = None,
             ) -> PreparedConv:
     """Bind ``problem`` and its weights to an algorithm on a backend.
 
-    ``algorithm="auto"`` runs what :func:`convsel.select` chooses for ``target``; a named
-    algorithm runs that one or raises :class:`UnsupportedError` with the reason. On the
-    OpenCL backend, a missing driver, a failed build or an unsupported method falls back to
-    numpy with a :class:`FallbackWarning`; ``fallback`` on the result says why.
+    ``algorithm="auto"`` runs what ``policy`` chooses for ``target`` (see
+    :func:`convsel.choose`); a named algorithm runs that one with ``params`` (``tile`` is
+    short for ``params={"tile": tile}``) or raises :class:`UnsupportedError` with the reason.
+    On the OpenCL backend, a missing driver, a failed build or an unsupported method falls
+    back to numpy with a :class:`FallbackWarning`; ``fallback`` on the result says why.
     """
     if not isinstance(problem, ConvProblem):
         raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
@@ -117,67 +115,27 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
         raise InvalidProblemError("backend", backend,
                                   f"unknown backend; known: {', '.join(backends.BACKENDS)}")
     w_ohwi, b = _check_weights(problem, w, weights_layout, bias)
-    loaded = _rules(rules)
-    selection, name, params = _choose(problem, algorithm, target, policy, loaded, backend,
-                                      device, tile)
+    loaded = as_rules(rules)
+    asked = {**(params or {}), **({"tile": tuple(tile)} if tile is not None else {})}
+    selection, name, resolved = _choose(problem, algorithm, target, policy, loaded, backend,
+                                        device, db, asked)
     method = (selection.method if selection else
               algorithms.method_for(name, resolve_target(target, loaded).is_gpu))
-    kernel, used, why = _build(problem, name, backend, w_ohwi, b, params, device)
-    return PreparedConv(problem, method, name, used, params, selection, why, kernel)
+    kernel, used, why = execute.build(problem, name, resolved, backend, w_ohwi, b, device)
+    return PreparedConv(problem, method, name, used, resolved, selection, why, kernel)
 
 
 def _choose(p: ConvProblem, algorithm: str, target: str, policy: str, rules: Rules,
-            backend: str, device: Any, tile: tuple[int, int] | None,
+            backend: str, device: Any, db: Any, asked: dict[str, Any],
             ) -> tuple[Selection | None, str, dict[str, Any]]:
     if algorithm == "auto":
-        options = {"backend": backend, "device": device} if policy == "measured" else {}
-        sel = select(p, target, rules=rules, policy=policy, **options)
-        params = dict(sel.params)
-        if tile is not None:
-            params["tile"] = tuple(tile)
-        return sel, sel.algorithm, params
-    if algorithm not in algorithms.ALGORITHMS:
-        raise InvalidProblemError("algorithm", algorithm, "unknown algorithm; known: auto, "
-                                  + ", ".join(algorithms.ALGORITHMS))
-    verdict = algorithms.supports(algorithm, p, rules, {"tile": tile} if tile else {})
-    if not verdict.ok:
-        raise UnsupportedError(f"{algorithm} cannot run {p}: {verdict.reason}",
-                               algorithm=algorithm)
-    return None, algorithm, dict(verdict.params)
-
-
-def _build(p: ConvProblem, algorithm: str, backend: str, w: np.ndarray, b: np.ndarray | None,
-           params: dict[str, Any], device: Any) -> tuple[Any, str, str | None]:
-    """Prepare on ``backend``; on OpenCL, any capability gap falls back to numpy."""
-    try:
-        return _build_on(p, algorithm, backend, w, b, params, device), backend, None
-    except UnsupportedError as exc:
-        if backend == "numpy":
-            raise
-        why = f"{backend} cannot run {algorithm}: {exc}; ran numpy instead"
-    except ConvselError as exc:   # KernelBuildError and the like: the device failed us
-        if backend == "numpy":
-            raise
-        why = f"{backend} failed to prepare {algorithm}: {exc}; ran numpy instead"
-    warnings.warn(why, FallbackWarning, stacklevel=3)
-    return _build_on(p, algorithm, "numpy", w, b, params, None), "numpy", why
-
-
-def _build_on(p: ConvProblem, algorithm: str, backend: str, w: np.ndarray,
-              b: np.ndarray | None, params: dict[str, Any], device: Any) -> Any:
-    ready = backends.available(backend)
-    if not ready.ok:
-        raise UnsupportedError(ready.reason, backend=backend)
-    module = backends.implementation(algorithm, backend)
-    if module is None:
-        raise UnsupportedError(backends.implemented(algorithm, backend).reason,
-                               algorithm=algorithm, backend=backend)
-    runtime = backends.backend_module(backend).get_runtime(device)
-    verdict = module.supports(p, runtime)
-    if not verdict.ok:
-        raise UnsupportedError(f"{backend} {algorithm}: {verdict.reason}",
-                               algorithm=algorithm, backend=backend)
-    return module.prepare(p, w, b, params, runtime)
+        context = {"backend": backend, "device": device, "db": db}
+        options = {k: v for k, v in context.items()
+                   if k in POLICY_OPTIONS.get(policy, ()) and v is not None}
+        sel = choose(p, target, policy=policy, rules=rules, **options)
+        return sel, sel.algorithm, execute.resolve(sel.algorithm, p, rules,
+                                                   {**sel.params, **asked})
+    return None, algorithm, execute.resolve(algorithm, p, rules, asked)
 
 
 def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: Any = 0,
@@ -217,7 +175,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
            fast_math: bool = False, weights_layout: str = "OHWI", algorithm: str = "auto",
            backend: str = "numpy", target: str = "cpu", *, layout: str = "NHWC",
            groups: int | None = None, device: Any = None, policy: str = "acl",
-           rules: Rules | str | None = None) -> np.ndarray:
+           rules: Rules | str | None = None, db: Any = None) -> np.ndarray:
     """Convolve ``x`` (NHWC, or NCHW with ``layout="NCHW"``) with ``w``; same layout out.
 
     float16 input runs as F16 (half in and out, float32 accumulation); any other float dtype
@@ -227,5 +185,6 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
                                   groups=groups, activation=activation, fast_math=fast_math,
                                   weights_layout=weights_layout, layout=layout)
     op = prepare(problem, w, bias, weights_layout=weights_layout, algorithm=algorithm,
-                 backend=backend, target=target, device=device, policy=policy, rules=rules)
+                 backend=backend, target=target, device=device, policy=policy, rules=rules,
+                 db=db)
     return op.run(x)

@@ -9,39 +9,47 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from ..acl.verdict import TraceStep
-from ..algorithms import method_for
-from ..errors import ConvselError, TuningDatabaseError
+from .. import backends
+from ..algorithms import label_of, method_for
+from ..errors import ConvselError, InvalidProblemError, TuningDatabaseError
+from ..problem import ConvProblem
 from ..rules import Rules
-from ..selection import Selection
+from ..selection import Selection, select
 from ..targets import Target
-from .db import TuningDB, TuningEntry, default_path
-from .measure import device_identity, label_of, measure
-
-_open: dict[Path, TuningDB] = {}
-_open_lock = threading.Lock()
+from ..tuning.db import TuningDB, TuningEntry, open_db
+from ..tuning.identity import device_identity
+from ..verdict import TraceStep
 
 
-def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
-    """``db`` itself, or the (cached) database at that path or the default path.
+@dataclass(frozen=True)
+class MeasuredPolicy:
+    """Answer from the tuning database's timings on ``backend``/``device``, else ACL's rules.
 
-    Raises TuningDatabaseError when the file cannot be used; a failure is not cached, so a
-    repaired file is picked up on the next call.
+    ``db`` defaults to ``$CONVSEL_TUNING_DB`` or the user's data directory; ``tune=True``
+    times an unseen problem now and records it.
     """
-    if isinstance(db, TuningDB):
-        return db
-    path = Path(db).expanduser() if db is not None else default_path()
-    with _open_lock:
-        if path not in _open:
-            _open[path] = TuningDB(path)
-        return _open[path]
+
+    backend: str = "numpy"
+    device: Any = None
+    db: TuningDB | str | os.PathLike[str] | None = None
+    tune: bool = False
+    name: str = "measured"
+
+    def __post_init__(self) -> None:
+        if self.backend not in backends.BACKENDS:
+            raise InvalidProblemError("backend", self.backend,
+                                      f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+
+    def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
+        return select_measured(problem, target, rules, select(problem, target, rules=rules),
+                               backend=self.backend, device=self.device, db=self.db,
+                               tune=self.tune)
 
 
 def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: Selection, *,
@@ -113,6 +121,8 @@ def _rules_answer(acl: Selection, step_id: str, reason: str) -> Selection:
 
 def _tune(problem: Any, backend: str, device: Any, rules: Rules,
           database: TuningDB) -> tuple[TuningEntry | None, str]:
+    from ..tuning.measure import measure  # times candidates: only when asked to tune
+
     try:
         entry = measure(problem, backend, device, rules=rules).entry()
     except ConvselError as exc:

@@ -6,11 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..algorithms.registry import REGISTRY
 from .report import POLICIES, Report
 
-_ALGORITHM_COLOURS = {"im2col_gemm": "tab:blue", "gemm_1x1": "tab:cyan",
-                      "indirect_gemm": "tab:green", "winograd": "tab:orange",
-                      "fft": "tab:purple", "direct": "tab:brown"}
+_ALGORITHM_COLOURS = {spec.id: spec.colour for spec in REGISTRY}
 # ACL's pick circles the algorithm's dot; the measured pick is a red triangle just above it,
 # so both stay visible when they agree and the dot's colour still shows the algorithm.
 _PICK_STYLE: dict[str, dict[str, Any]] = {

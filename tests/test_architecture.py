@@ -1,0 +1,141 @@
+"""The direction of flow: a pure selection, policies above it, execution that runs exactly the
+resolved parameters, and a library that stands without the service."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from opencl_support import opencl_runtime
+from tolerances import tolerance
+
+import convsel
+from convsel import algorithms, select
+from convsel.errors import RuleFileError
+from convsel.problem import ConvProblem
+from convsel.reference import conv2d_reference
+from convsel.rules import default_rules_path, load_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+P = ConvProblem(1, 14, 14, 16, 16, 3, 3, pad=1)
+
+
+def _rules_with_cpu_tile(tmp_path: Path, tile: list[int]) -> Path:
+    data = yaml.safe_load(default_rules_path().read_text())
+    data["cpu"]["winograd"]["F32"].insert(0, {"kernel": [3, 3], "tile": tile})
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("backend", ["numpy", "opencl"])
+def test_a_tile_a_rules_file_adds_runs_on_every_winograd_backend(tmp_path, backend):
+    """The reproduced bug: a 6x6 tile for 3x3 F32 kernels on the CPU was selected, then
+    refused by the numpy backend, which read the packaged rules instead of the caller's."""
+    if backend == "opencl":
+        opencl_runtime()
+    rules = _rules_with_cpu_tile(tmp_path, [6, 6])
+    sel = select(P, "cpu", rules=str(rules))
+    assert (sel.algorithm, sel.params["tile"]) == ("winograd", (6, 6))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(P.input_shape).astype(np.float32)
+    w = rng.standard_normal(P.weights_shape).astype(np.float32)
+    op = convsel.prepare(P, w, rules=str(rules), backend=backend)
+    assert (op.algorithm, op.backend, op.params["tile"]) == ("winograd", backend, (6, 6))
+    y = op.run(x)
+    ref = conv2d_reference(P, x, w, None)
+    scale = conv2d_reference(P, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                             None).max()
+    assert np.abs(y - ref).max() / scale <= tolerance("winograd", "F32")
+
+
+def test_a_tile_no_backend_can_transform_is_refused_with_the_rules_file(tmp_path):
+    rules = _rules_with_cpu_tile(tmp_path, [20, 20])
+    with pytest.raises(RuleFileError, match="tile"):
+        load_rules(rules)
+
+
+def test_selection_imports_nothing_above_it():
+    code = ("import sys, convsel.selection, convsel\n"
+            "from convsel import ConvProblem, select\n"
+            "select(ConvProblem(1, 8, 8, 4, 4, 3, 3, pad=1), 'G77')\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('pyopencl', 'fastapi') or "
+            "m.startswith(('convsel.tuning', 'convsel.api', 'convsel.backends', "
+            "'convsel.execute', 'convsel.policies.measured', 'service'))]\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert json.loads(out.stdout.strip().replace("'", '"')) == []
+
+
+def _imports(path: Path) -> set[str]:
+    """The convsel modules a file imports (absolute names), at any depth of the file."""
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module[:-9]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found |= {name} | {f"{name}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {n for n in found if n.startswith(("convsel", "service"))}
+
+
+LAYERS = ["selection", "policies", "api", "execute", "tuning", "backends"]
+
+
+def _layer(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_no_import_cycle_between_the_layers():
+    edges: set[tuple[str, str]] = set()
+    for path in (ROOT / "convsel").rglob("*.py"):
+        src = _layer(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        if src is None:
+            continue
+        for name in _imports(path):
+            dst = _layer(name)
+            if dst and dst != src:
+                edges.add((src, dst))
+    order = {"selection": 0, "backends": 1, "execute": 2, "tuning": 3, "policies": 4, "api": 5}
+    upward = sorted((a, b) for a, b in edges if order[b] > order[a])
+    assert upward == [], f"imports that point up the layers: {upward}"
+
+
+def test_the_library_never_imports_the_service():
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "convsel").rglob("*.py")
+                 if any(n == "service" or n.startswith("service.") for n in _imports(p))]
+    assert offenders == []
+
+
+def test_backends_never_read_the_rules():
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "convsel/backends").rglob("*.py")
+                 if any(n.startswith(("convsel.rules", "convsel.selection",
+                                      "convsel.policies")) for n in _imports(p))]
+    assert offenders == []
+
+
+def test_every_list_of_algorithms_comes_from_the_registry():
+    from convsel.backends import IMPLEMENTATIONS
+    from convsel.evaluation.render import _ALGORITHM_COLOURS
+
+    assert set(_ALGORITHM_COLOURS) == set(algorithms.ALGORITHMS)
+    assert {a for a, _ in IMPLEMENTATIONS} == set(algorithms.ALGORITHMS)
+    assert set(algorithms.TIMING_ORDER) == set(algorithms.ALGORITHMS)
+    for spec in algorithms.SPECS.values():
+        assert spec.cpu_method in algorithms.METHOD_ALGORITHMS
+        assert spec.gpu_method in algorithms.METHOD_ALGORITHMS
