@@ -1,4 +1,4 @@
-"""The layers of ../shared/data/layers.json, scaled down to CI size.
+"""The layers of the packaged layers.json (convsel/data), scaled down to CI size.
 
 Kernel, stride, padding, dilation and the grouping (dense, depthwise with its multiplier,
 grouped) are kept; large spatial sizes and channel counts are cut, keeping the spatial
@@ -10,19 +10,20 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from convsel.problem import ConvProblem
+from convsel.tuning.layers import default_layer_file
 
-LAYERS_JSON = Path(__file__).resolve().parents[2] / "shared" / "data" / "layers.json"
+LAYERS_JSON = default_layer_file()
 
 
 @lru_cache(maxsize=1)
 def raw_layers() -> list[dict[str, Any]]:
-    if not LAYERS_JSON.exists():
-        return []
-    return json.loads(LAYERS_JSON.read_text())
+    """Every layer; a missing file is an error, never an empty parameter list."""
+    layers = json.loads(LAYERS_JSON.read_text())
+    assert layers, f"{LAYERS_JSON} holds no layer"
+    return layers
 
 
 def _spatial(size: int, cap: int, extent: int) -> int:

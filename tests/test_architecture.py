@@ -139,3 +139,14 @@ def test_every_list_of_algorithms_comes_from_the_registry():
     for spec in algorithms.SPECS.values():
         assert spec.cpu_method in algorithms.METHOD_ALGORITHMS
         assert spec.gpu_method in algorithms.METHOD_ALGORITHMS
+
+
+def test_the_packaged_layer_file_is_the_shared_one():
+    from convsel.tuning.layers import default_layer_file, load_layers
+
+    packaged = default_layer_file()
+    layers, _ = load_layers()
+    assert {x.net for x in layers} >= {"resnet50", "mobilenet_v2", "vgg16"}
+    shared = ROOT.parent / "shared" / "data" / "layers.json"
+    if shared.is_file():   # CI has it beside the clone: the shipped copy must not drift
+        assert json.loads(packaged.read_text()) == json.loads(shared.read_text())

@@ -106,7 +106,6 @@ def test_gemm_1x1_copies_nothing_at_unit_stride() -> None:
                    ).workspace_bytes == 0
 
 
-@pytest.mark.skipif(not raw_layers(), reason="../shared/data/layers.json not found")
 def test_direct_workspace_is_a_tenth_of_im2col_on_large_kernels() -> None:
     layers = [ly for ly in raw_layers() if (ly["kh"], ly["kw"]) in ((7, 7), (9, 9))]
     assert layers

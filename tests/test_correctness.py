@@ -3,7 +3,7 @@
 One table drives it: ``convsel.backends.IMPLEMENTATIONS``. A pair whose backend is not
 available, or whose module does not import yet, is skipped with the reason; a problem the
 backend cannot run is skipped only through that module's own ``supports()``. Problems come
-from ../shared/data/layers.json (scaled down, tests/layer_cases.py) and from hypothesis.
+from the packaged layers.json (scaled down, tests/layer_cases.py) and from hypothesis.
 Outputs start as NaN on every backend (numpy's fresh arrays, OpenCL's device output buffer
 before each run) so an element an algorithm never writes fails, and finite inputs must give
 finite outputs.
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from layer_cases import layer_cases, raw_layers
+from layer_cases import layer_cases
 from problem_sizes import sizes
 from tolerances import tolerance
 
@@ -142,7 +142,6 @@ def run_cases(impl: Impl, cases: list[tuple[str, ConvProblem]]) -> None:
     assert not failures, f"{len(failures)} failed:\n" + "\n".join(failures)
 
 
-@pytest.mark.skipif(not raw_layers(), reason="../shared/data/layers.json not found")
 @pytest.mark.parametrize(("algorithm", "backend"), PAIRS, ids=PAIR_IDS)
 def test_network_layers_f32(algorithm: str, backend: str) -> None:
     impl = implementation(algorithm, backend)
@@ -150,7 +149,6 @@ def test_network_layers_f32(algorithm: str, backend: str) -> None:
     run_cases(impl, layer_cases(s.max_hw, s.max_channels, s.batch, s.layer_stride))
 
 
-@pytest.mark.skipif(not raw_layers(), reason="../shared/data/layers.json not found")
 @pytest.mark.parametrize(("algorithm", "backend"), PAIRS, ids=PAIR_IDS)
 def test_network_layers_f16(algorithm: str, backend: str) -> None:
     impl = implementation(algorithm, backend)

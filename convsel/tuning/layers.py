@@ -1,4 +1,5 @@
-"""Read a layer file (the format of ``shared/data/layers.json``) into named problems.
+"""Read a layer file (the format of the packaged ``convsel/data/layers.json``) into named
+problems.
 
 A layer file is a JSON array of objects with ``net, name, n, h, w, c, k, kh, kw, stride, pad,
 dilation, groups`` (and optionally any other :class:`~convsel.problem.ConvProblem` field).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +37,11 @@ class Layer:
         return f"{self.net}/{self.name}"
 
 
-def default_layer_file() -> Path | None:
-    """``shared/data/layers.json`` beside the repository checkout, when it is there."""
-    repo = Path(__file__).resolve().parents[2]
-    for candidate in (repo.parent / "shared" / "data" / "layers.json",
-                      repo / "shared" / "data" / "layers.json"):
-        if candidate.is_file():
-            return candidate
-    return None
+def default_layer_file() -> Path:
+    """The nets' layer shapes shipped inside the package (public architecture facts: the conv
+    layers of ResNet-50, VGG-16, MobileNetV2, SqueezeNet, Inception-v3, YOLOv3, AlexNet,
+    SRGAN/ESRGAN and U-Net)."""
+    return Path(str(resources.files("convsel").joinpath("data", "layers.json")))
 
 
 def load_layers(path: str | Path | None = None, nets: list[str] | None = None,
@@ -55,9 +54,6 @@ def load_layers(path: str | Path | None = None, nets: list[str] | None = None,
         The file cannot be read, is not a JSON array, or holds none of the named nets.
     """
     path = Path(path) if path is not None else default_layer_file()
-    if path is None:
-        raise InvalidProblemError("layers", None, "no layer file given and shared/data/"
-                                  "layers.json is not beside this checkout; pass --layers FILE")
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
