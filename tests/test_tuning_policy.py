@@ -11,12 +11,12 @@ from convsel import ConvProblem, UnsupportedError, choose, select
 from convsel.policies import measured as policy
 from convsel.tuning import measure as measure_mod
 from convsel.tuning.db import TuningDB, TuningEntry
-from convsel.tuning.measure import Settings, candidates, decide, device_identity, measure
+from convsel.tuning.measure import TimingSettings, candidates, decide, device_identity, measure
 from convsel.tuning.timing import Race
 
 P3 = ConvProblem(1, 16, 16, 32, 32, 3, 3, pad=1)   # ACL (cpu): WINOGRAD 4x4
 P1 = ConvProblem(1, 8, 8, 32, 16, 1, 1)           # ACL (cpu): GEMM -> gemm_1x1
-FAST = Settings(warmup=0, min_runs=1, min_time=0.0)
+FAST = TimingSettings(warmup=0, min_runs=1, min_time=0.0)
 
 
 def t(median: float, iqr: float = 0.0, alg: str | None = None, **params: Any) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def test_measure_refuses_selection_only_dtypes():
 
 def test_race_times_blocks_in_rounds_and_rewarms_fast_candidates():
     order: list[str] = []
-    race = Race(Settings(warmup=2, min_runs=4, min_time=0.0, rounds=2))
+    race = Race(TimingSettings(warmup=2, min_runs=4, min_time=0.0, rounds=2))
     assert race.enter("a", lambda: order.append("a"))
     assert race.enter("b", lambda: order.append("b"))
     race.run()
@@ -131,7 +131,7 @@ def test_race_times_blocks_in_rounds_and_rewarms_fast_candidates():
 def test_race_drops_a_candidate_that_raises_and_keeps_the_others():
     def boom() -> None:
         raise RuntimeError("late failure")
-    race = Race(Settings(warmup=0, min_runs=2, min_time=0.0))
+    race = Race(TimingSettings(warmup=0, min_runs=2, min_time=0.0))
     race.enter("ok", lambda: None)
     race.enter("bad", boom)
     race.run()
@@ -139,11 +139,11 @@ def test_race_drops_a_candidate_that_raises_and_keeps_the_others():
 
 
 def test_race_prunes_hopeless_candidates_and_respects_the_budget():
-    race = Race(Settings(warmup=0, min_runs=30, min_time=0.0, rounds=3, prune_factor=-1.0))
+    race = Race(TimingSettings(warmup=0, min_runs=30, min_time=0.0, rounds=3, prune_factor=-1.0))
     race.enter("slow", lambda: None)
     race.run()
     assert race.stats()["slow"]["runs"] == 20 and race.stats()["slow"]["pruned"]  # 2 rounds
-    spent = Race(Settings(warmup=0, min_runs=5, min_time=0.0), budget_s=-1.0)
+    spent = Race(TimingSettings(warmup=0, min_runs=5, min_time=0.0), budget_s=-1.0)
     spent.enter("a", lambda: None)
     spent.run()
     assert spent.stats() == {} and spent.cut_short() == ["a"]

@@ -11,13 +11,13 @@ from ..algorithms import ALGORITHMS
 from ..errors import ConvselError
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer, distinct, load_layers
-from ..tuning.measure import Measurement, Settings, measure
+from ..tuning.measure import Measurement, TimingSettings, measure
 from .problem_args import add_problem_arguments, problem_from_args
 
 
 def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``tune`` and ``report``: where to run and how long to time."""
-    defaults = Settings()
+    defaults = TimingSettings()
     parser.add_argument("--layers", metavar="FILE", help="layer file (JSON array as in "
                         "shared/data/layers.json; the default when --net is given)")
     parser.add_argument("--net", action="append", metavar="NAME",
@@ -46,14 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time layers the database already holds again")
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace) -> TimingSettings:
     if args.repeats < 1 or args.min_time < 0 or args.warmup < 0:
         raise ValueError("--repeats must be >= 1, --min-time and --warmup >= 0")
     unknown = sorted(set(args.exclude) - set(ALGORITHMS))
     if unknown:
         raise ValueError(f"--exclude {unknown[0]}: unknown algorithm; known: "
                          f"{', '.join(ALGORITHMS)}")
-    return Settings(warmup=args.warmup, min_runs=args.repeats, min_time=args.min_time)
+    return TimingSettings(warmup=args.warmup, min_runs=args.repeats, min_time=args.min_time)
 
 
 def layers_from_args(args: argparse.Namespace) -> list[Layer]:

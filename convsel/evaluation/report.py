@@ -23,7 +23,7 @@ from ..rules import Rules
 from ..selection import Selection, select
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer
-from ..tuning.measure import Measurement, Settings, measure, timed
+from ..tuning.measure import Measurement, TimingSettings, measure, timed
 
 POLICIES = ("acl", "measured")
 
@@ -82,7 +82,7 @@ class Report:
     backend: str
     device: dict[str, str]
     target: str
-    settings: Settings
+    settings: TimingSettings
     layers: list[LayerResult] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
 
@@ -132,7 +132,7 @@ def geomean(values: Iterable[float | None]) -> float | None:
 
 def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = None,
                  db: TuningDB | None = None, target: str = "cpu", rules: Rules | None = None,
-                 settings: Settings | None = None,
+                 settings: TimingSettings | None = None,
                  on_progress: Callable[[Layer, str], None] | None = None,
                  exclude: Collection[str] = ()) -> Report:
     """Time ``layers`` on ``backend`` and judge each policy's pick against the fastest.
@@ -146,7 +146,7 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
         Where the measured policy reads; defaults to the default database.
     target : str
         The ACL target whose rules the "acl" policy applies (``"cpu"``).
-    settings : Settings
+    settings : TimingSettings
         Timing settings (see :func:`convsel.tuning.measure.measure`).
     on_progress : callable, optional
         Called with (layer, candidate label) before each candidate is timed.
@@ -158,7 +158,7 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
     Report
         Layers that cannot be timed are listed in ``left_out`` with why.
     """
-    settings = settings or Settings()
+    settings = settings or TimingSettings()
     report: Report | None = None
     results, left_out = [], []
     for layer in layers:

@@ -27,7 +27,7 @@ from ..rules import Rules, as_rules
 from ..verdict import Verdict, failed, passed
 from .entry import TuningEntry
 from .identity import device_identity
-from .timing import Race, Settings
+from .timing import Race, TimingSettings
 
 # Two medians closer than this fraction of the faster one are not told apart, whatever the
 # IQRs say: a handful of runs on a shared machine does not resolve finer differences.
@@ -156,7 +156,7 @@ def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[
 
 
 def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
-            rules: Rules | None = None, settings: Settings | None = None,
+            rules: Rules | None = None, settings: TimingSettings | None = None,
             on_candidate: Callable[[str], None] | None = None,
             build: Callable[..., Any] | None = None,
             budget_s: float | None = None, exclude: Collection[str] = ()) -> Measurement:
@@ -168,7 +168,7 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         An F32 or F16 problem (the others are selection-only and cannot be timed).
     backend, device
         Where to run; ``device`` is passed to the backend's ``get_runtime``.
-    settings : Settings, optional
+    settings : TimingSettings, optional
         Warm-up runs, minimum runs and time, maximum runs, data seed, prune factor.
     on_candidate : callable, optional
         Called with each label before it is timed (progress display).
@@ -197,7 +197,7 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
                                "problems can be timed")
     if build is None:
         from ..execute import build
-    settings = settings or Settings()
+    settings = settings or TimingSettings()
     found, skipped = candidates(problem, backend, rules, exclude)
     x, w, bias = _data(problem, settings.seed)
     race, timings = Race(settings, budget_s), {}

@@ -30,7 +30,7 @@ _REWARM_BELOW_S = 0.01
 
 
 @dataclass(frozen=True)
-class Settings:
+class TimingSettings:
     """How long to time each candidate (totals over all rounds)."""
 
     warmup: int = 1
@@ -64,7 +64,7 @@ class _Lane:
 class Race:
     """Candidates timed against each other; ``errors`` holds the ones whose run raised."""
 
-    def __init__(self, settings: Settings, budget_s: float | None = None) -> None:
+    def __init__(self, settings: TimingSettings, budget_s: float | None = None) -> None:
         self.settings = settings
         self.deadline = time.perf_counter() + budget_s if budget_s is not None else None
         self.lanes: dict[str, _Lane] = {}
