@@ -88,7 +88,8 @@ def ungrouped(name: str, reason: str) -> Any:
 
 # Implicit GEMM's kernel parameters: "tile" = (TM, TN, TK, WM, WN), the work-group's output
 # tile (rows = output pixels, columns = output channels), the reduction slice staged in local
-# memory, and each work-item's register tile; "vec" = 1 or 4 values per load.
+# memory, and each work-item's register tile; "vec" = 1 or 4 values per load; "split" = the
+# split-K factor (backends choose one per device when it is not given).
 IMPLICIT_GEMM_TILES: tuple[tuple[int, int, int, int, int], ...] = (
     (128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 128, 8, 4, 8), (64, 64, 16, 4, 4),
     (64, 64, 8, 4, 4), (32, 64, 16, 4, 4), (32, 32, 8, 4, 4),
@@ -133,6 +134,12 @@ def implicit_gemm(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Ve
             return failed(f"implicit_gemm: vec 4 needs C and K multiples of 4, got C={p.c}, "
                           f"K={p.k}")
         resolved["vec"] = vec
+    if params.get("split") is not None:
+        split = int(params["split"])
+        if not 1 <= split <= 64:
+            return failed(f"implicit_gemm: split (split-K factor) must be 1..64, got "
+                          f"{params['split']!r}")
+        resolved["split"] = split
     how = (f"tile {resolved['tile']}" if "tile" in resolved else "the device's default tile")
     return passed(f"implicit GEMM, input tiles gathered into local memory ({how})", **resolved)
 

@@ -22,6 +22,7 @@ from ...verdict import Verdict, failed
 from . import program as prog
 from .prepared import (
     NUMPY_DTYPES,
+    BufferPlan,
     OpenCLKernel,
     Step,
     bias_buffer,
@@ -87,9 +88,36 @@ def default_tile(runtime: Runtime, m: int, n: int, batches: int = 1) -> Tile:
     return _GPU_LADDER[-1]
 
 
-def resolve(params: Mapping[str, Any], runtime: Runtime, m: int, c: int, n: int,
-            batches: int = 1) -> tuple[Tile, int]:
-    """(tile, vec) from ``params``, the device class's defaults filling what is missing."""
+def default_splits(runtime: Runtime, m: int, n: int, tile: Tile, slices: int,
+                   batches: int = 1) -> int:
+    """Split-K factor when the caller names none: on a GPU, enough splits of the reduction
+    to give about two work-groups per compute unit, each split keeping at least 8 slices;
+    1 elsewhere (a CPU device is busy with a handful of groups) and for batched GEMMs."""
+    if batches != 1 or not runtime.device.type & cl.device_type.GPU:
+        return 1
+    groups = -(-m // tile[0]) * -(-n // tile[1])
+    want = 2 * int(runtime.device.max_compute_units)
+    return max(1, min(want // groups, slices // 8, MAX_SPLITS))
+
+
+MAX_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything that shapes one implicit-GEMM launch on a device."""
+
+    tile: Tile
+    vec: int
+    splits: int
+    merge_kw: bool
+
+
+def configure(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, c: int, n: int,
+              batches: int = 1) -> Config:
+    """The launch configuration: ``params`` (tile, vec, split), the device class's defaults
+    filling what is missing; raises UnsupportedError for parameters that cannot run."""
+    m = geo.m
     tile = params.get("tile")
     tile = tuple(int(v) for v in tile) if tile is not None else default_tile(runtime, m, n,
                                                                              batches)
@@ -97,9 +125,22 @@ def resolve(params: Mapping[str, Any], runtime: Runtime, m: int, c: int, n: int,
     if why:
         raise UnsupportedError(why, algorithm="implicit_gemm", backend="opencl")
     vec = params.get("vec")
-    if vec is None:
-        vec = 4 if c % 4 == 0 and n % 4 == 0 else 1
-    return tile, int(vec)  # type: ignore[return-value]
+    vec = int(vec) if vec is not None else (4 if c % 4 == 0 and n % 4 == 0 and c >= 8 else 1)
+    if vec == 4 and (c % 4 or n % 4):
+        raise UnsupportedError(f"vec 4 needs C and K multiples of 4, got C={c}, K={n}",
+                               algorithm="implicit_gemm", backend="opencl")
+    # the 7x7 RGB stem: a kernel row's taps are one run of KW*C values in an NHWC row
+    merge = geo.dilation[1] == 1 and geo.kw > 1 and c < 8 and vec == 1
+    per_tap = geo.kw * c if merge else c
+    slices = (geo.kh if merge else geo.kh * geo.kw) * -(-per_tap // tile[2])
+    splits = params.get("split")
+    splits = int(splits) if splits is not None else default_splits(runtime, m, n, tile,
+                                                                   slices, batches)
+    if not 1 <= splits <= max(1, slices):
+        raise UnsupportedError(f"split {splits}: the reduction has {slices} slices of "
+                               f"{tile[2]}; choose 1..{max(1, slices)}",
+                               algorithm="implicit_gemm", backend="opencl")
+    return Config(tile, vec, splits, merge)  # type: ignore[arg-type]
 
 
 def _local_bytes(tile: Tile) -> int:
@@ -107,16 +148,20 @@ def _local_bytes(tile: Tile) -> int:
     return tk * (tm + tn + 8) * 4
 
 
+def partial_bytes(config: Config, m: int, n: int, batches: int = 1) -> int:
+    """Split-K's workspace: one float partial sum per split and output."""
+    return 0 if config.splits == 1 else config.splits * batches * m * n * 4
+
+
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Verdict:
     if p.groups != 1:
         return failed(f"opencl implicit_gemm does not run grouped convolution "
                       f"(groups={p.groups})")
     try:
-        tile, vec = resolve(params, runtime, p.n * p.out_h * p.out_w, p.c, p.k)
+        config = configure(params, runtime, Geometry.conv(p), p.c, p.k)
     except UnsupportedError as exc:
         return failed(str(exc))
-    if vec == 4 and (p.c % 4 or p.k % 4):
-        return failed(f"vec 4 needs C and K multiples of 4, got C={p.c}, K={p.k}")
+    tile = config.tile
     threads = (tile[0] // tile[3]) * (tile[1] // tile[4])
     if threads > runtime.max_work_group:
         return failed(f"tile {tile} needs {threads} work-items per group; the device allows "
@@ -124,30 +169,54 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
     if _local_bytes(tile) > int(runtime.device.local_mem_size):
         return failed(f"tile {tile} needs {_local_bytes(tile)} bytes of local memory; the "
                       f"device has {int(runtime.device.local_mem_size)}")
-    return plan_verdict(p, io_plan(p), runtime)
+    return plan_verdict(p, _plan(p, config), runtime)
 
 
-def tiled_gemm_step(runtime: Runtime, p: ConvProblem, geo: Geometry, *, c: int, n: int,
-                    x: cl.Buffer, w: cl.Buffer, bias: cl.Buffer, y: cl.Buffer,
-                    epilogue: list[str] | None, tile: Tile, vec: int, ldy: int | None = None,
-                    batches: int = 1, a_batch: int = 0, b_batch: int = 0, y_batch: int = 0,
-                    bias_batch: int = 0, name: str = "implicit_gemm") -> Step:
-    """One launch of the implicit-GEMM kernel: Y[b] = gather(x)[b] (M x KH*KW*c) *
-    w[b] (KH*KW*c x n). ``epilogue`` is the bias/activation options (Y in the data type),
-    or None for float A, B, Y stored raw (Winograd)."""
-    tm, tn, tk, wm, wn = tile
+def _plan(p: ConvProblem, config: Config) -> BufferPlan:
+    m = p.n * p.out_h * p.out_w
+    return io_plan(p).add("partial", partial_bytes(config, m, p.k) // 4, 4)
+
+
+@dataclass
+class Launches:
+    """The steps of one tiled GEMM, the buffers they need kept alive, and their bytes."""
+
+    steps: list[Step]
+    keep: list[cl.Buffer]
+    workspace_bytes: int
+
+
+def tiled_gemm(runtime: Runtime, p: ConvProblem, geo: Geometry, config: Config, *, c: int,
+               n: int, x: cl.Buffer, w: cl.Buffer, bias: cl.Buffer, y: cl.Buffer,
+               epilogue: list[str] | None, ldy: int | None = None, batches: int = 1,
+               a_batch: int = 0, b_batch: int = 0, y_batch: int = 0, bias_batch: int = 0,
+               name: str = "implicit_gemm") -> Launches:
+    """Y[b] = gather(x)[b] (M x KH*KW*c) * w[b] (KH*KW*c x n) with the implicit-GEMM kernel
+    (+ split-K's reduction). ``epilogue`` is the bias/activation options (Y in the data
+    type), or None for float A, B, Y stored raw (Winograd)."""
+    tm, tn, tk, wm, wn = config.tile
     options = prog.dtype_options(p, runtime) + [
-        f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DWM={wm}", f"-DWN={wn}", f"-DVW={vec}",
-        f"-DKH={geo.kh}", f"-DKW={geo.kw}", f"-DSY={geo.stride[0]}", f"-DSX={geo.stride[1]}",
-        f"-DDY={geo.dilation[0]}", f"-DDX={geo.dilation[1]}"]
+        f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DWM={wm}", f"-DWN={wn}",
+        f"-DVW={config.vec}", f"-DKH={geo.kh}", f"-DKW={geo.kw}", f"-DSY={geo.stride[0]}",
+        f"-DSX={geo.stride[1]}", f"-DDY={geo.dilation[0]}", f"-DDX={geo.dilation[1]}"]
+    options += ["-DMERGE_KW"] if config.merge_kw else []
     options += ["-DGEMM_FLOAT_IO"] if epilogue is None else ["-DEPILOGUE", *epilogue]
     program = runtime.program(prog.program_source("implicit_gemm"), tuple(options))
-    m = geo.m
+    m, splits = geo.m, config.splits
+    ldy = n if ldy is None else ldy
+    nbytes = partial_bytes(config, m, n, batches)
+    part = runtime.buffer(nbytes) if nbytes else runtime.buffer(4)
     extents = [m, n, c, geo.h, geo.w, geo.out_h, geo.out_w, geo.pad_top, geo.pad_left,
-               n if ldy is None else ldy, a_batch, b_batch, y_batch, bias_batch]
-    kernel = bind(program, "implicit_gemm", [x, w, bias, y, *extents])
-    gws = (-(-n // tn) * (tn // wn), -(-m // tm) * (tm // wm), batches)
-    return Step(name, kernel, gws, prog.config_id(name, p, options, [*extents, batches]))
+               ldy, a_batch, b_batch, y_batch, bias_batch, splits]
+    kernel = bind(program, "implicit_gemm", [x, w, bias, y, part, *extents])
+    gws = (-(-n // tn) * (tn // wn), -(-m // tm) * (tm // wm), batches * splits)
+    steps = [Step(name, kernel, gws, prog.config_id(name, p, options, [*extents, batches]))]
+    if splits > 1:
+        red_ext = [m, n, ldy, y_batch, bias_batch, splits]
+        reduce = bind(program, "splitk_reduce", [part, bias, y, *red_ext])
+        steps.append(Step("splitk_reduce", reduce, (n, m, batches),
+                          prog.config_id("splitk_reduce", p, options, [*red_ext, batches])))
+    return Launches(steps, [part], nbytes)
 
 
 def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
@@ -156,17 +225,17 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     if not verdict.ok:
         raise UnsupportedError(f"opencl implicit_gemm: {verdict.reason}",
                                algorithm="implicit_gemm", backend="opencl")
-    plan = io_plan(p)
+    geo = Geometry.conv(p)
+    config = configure(params, runtime, geo, p.c, p.k)
+    plan = _plan(p, config)
     check_plan(p, plan, runtime, "implicit_gemm")
-    tile, vec = resolve(params, runtime, p.n * p.out_h * p.out_w, p.c, p.k)
     dtype = NUMPY_DTYPES[p.dtype]
     # OHWI -> [KH][KW][C][K]: row r = (i*KW + j)*C + c of B.
     w_dev = runtime.buffer(0, np.ascontiguousarray(np.transpose(w, (1, 2, 3, 0)), dtype=dtype))
     b_dev = bias_buffer(runtime, bias, dtype)
     x_dev = runtime.buffer(plan.sizes["x"])
     y_dev = runtime.buffer(plan.sizes["y"])
-    step = tiled_gemm_step(runtime, p, Geometry.conv(p), c=p.c, n=p.k, x=x_dev, w=w_dev,
-                           bias=b_dev, y=y_dev,
-                           epilogue=prog.activation_options(p) + bias_options(bias),
-                           tile=tile, vec=vec)
-    return OpenCLKernel(runtime, p, x_dev, y_dev, [step], 0, keep=[w_dev, b_dev])
+    run = tiled_gemm(runtime, p, geo, config, c=p.c, n=p.k, x=x_dev, w=w_dev, bias=b_dev,
+                     y=y_dev, epilogue=prog.activation_options(p) + bias_options(bias))
+    return OpenCLKernel(runtime, p, x_dev, y_dev, run.steps, run.workspace_bytes,
+                        keep=[w_dev, b_dev, *run.keep])
