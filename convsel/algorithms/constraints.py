@@ -90,10 +90,13 @@ def ungrouped(name: str, reason: str) -> Any:
 # tile (rows = output pixels, columns = output channels), the reduction slice staged in local
 # memory, and each work-item's register tile; "vec" = 1 or 4 values per load; "split" = the
 # split-K factor (backends choose one per device when it is not given).
+# Biggest first; (32, 32) serves small maps and batch 1. Timed on an H100, every tile here won
+# some ResNet-50/VGG-16/SqueezeNet layer (benchmarks/NOTES-gpu.md).
 IMPLICIT_GEMM_TILES: tuple[tuple[int, int, int, int, int], ...] = (
-    (128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 128, 8, 4, 8), (64, 64, 16, 4, 4),
-    (64, 64, 8, 4, 4), (32, 64, 16, 4, 4), (32, 32, 8, 4, 4),
+    (128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 128, 8, 4, 8),
+    (64, 64, 16, 4, 4), (32, 64, 16, 4, 4), (32, 32, 8, 4, 4),
 )
+MAX_VARIANTS = 7
 _MAX_WORK_ITEMS = 1024
 _MAX_LOCAL_BYTES = 32 * 1024
 
@@ -145,10 +148,11 @@ def implicit_gemm(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Ve
 
 
 def implicit_gemm_variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
-    """A bounded search space: the tiles whose work-group is not mostly idle on this problem
-    (at most 6), each with the widest load the channel counts allow."""
+    """A bounded search space (at most :data:`MAX_VARIANTS`): the tiles whose work-group is
+    not mostly idle on this problem, each with the widest load the channel counts allow (few
+    channels load one at a time, which lets a backend merge a kernel row's taps)."""
     m = p.n * p.out_h * p.out_w
-    vec = 4 if p.c % 4 == 0 and p.k % 4 == 0 else 1
+    vec = 4 if p.c % 4 == 0 and p.k % 4 == 0 and p.c >= 8 else 1
     fit = [t for t in IMPLICIT_GEMM_TILES if t[0] <= 2 * m and t[1] <= 2 * p.k]
-    chosen = (fit or [IMPLICIT_GEMM_TILES[-1]])[:6]
+    chosen = (fit or [IMPLICIT_GEMM_TILES[-1]])[:MAX_VARIANTS]
     return [{"tile": t, "vec": vec} for t in chosen]
