@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", action="append", type=int)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--budget-s", type=float, default=480.0)
-    parser.add_argument("--max-variants", type=int, default=6)
+    parser.add_argument("--max-variants", type=int, default=8)
     parser.add_argument("--algorithm", action="append", choices=OPENCL_ALGORITHMS)
     parser.add_argument("--limit", type=int, default=None, help="first N layers per net")
     parser.add_argument("--out", type=Path, default=None)

@@ -114,7 +114,7 @@ class Config:
 
 
 def configure(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, c: int, n: int,
-              batches: int = 1) -> Config:
+              batches: int = 1, merge: bool = True) -> Config:
     """The launch configuration: ``params`` (tile, vec, split), the device class's defaults
     filling what is missing; raises UnsupportedError for parameters that cannot run."""
     m = geo.m
@@ -130,7 +130,7 @@ def configure(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, c: int
         raise UnsupportedError(f"vec 4 needs C and K multiples of 4, got C={c}, K={n}",
                                algorithm="implicit_gemm", backend="opencl")
     # the 7x7 RGB stem: a kernel row's taps are one run of KW*C values in an NHWC row
-    merge = geo.dilation[1] == 1 and geo.kw > 1 and c < 8 and vec == 1
+    merge = merge and geo.dilation[1] == 1 and geo.kw > 1 and c < 8 and vec == 1
     per_tap = geo.kw * c if merge else c
     slices = (geo.kh if merge else geo.kh * geo.kw) * -(-per_tap // tile[2])
     splits = params.get("split")
@@ -190,16 +190,19 @@ def tiled_gemm(runtime: Runtime, p: ConvProblem, geo: Geometry, config: Config, 
                n: int, x: cl.Buffer, w: cl.Buffer, bias: cl.Buffer, y: cl.Buffer,
                epilogue: list[str] | None, ldy: int | None = None, batches: int = 1,
                a_batch: int = 0, b_batch: int = 0, y_batch: int = 0, bias_batch: int = 0,
-               name: str = "implicit_gemm") -> Launches:
+               indirection: cl.Buffer | None = None, name: str = "implicit_gemm") -> Launches:
     """Y[b] = gather(x)[b] (M x KH*KW*c) * w[b] (KH*KW*c x n) with the implicit-GEMM kernel
     (+ split-K's reduction). ``epilogue`` is the bias/activation options (Y in the data
-    type), or None for float A, B, Y stored raw (Winograd)."""
+    type), or None for float A, B, Y stored raw (Winograd). ``indirection`` (int32
+    [M][KH*KW], element offsets of input pixels, -1 for padding) replaces the geometry's
+    addressing (indirect_gemm)."""
     tm, tn, tk, wm, wn = config.tile
     options = prog.dtype_options(p, runtime) + [
         f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DWM={wm}", f"-DWN={wn}",
         f"-DVW={config.vec}", f"-DKH={geo.kh}", f"-DKW={geo.kw}", f"-DSY={geo.stride[0]}",
         f"-DSX={geo.stride[1]}", f"-DDY={geo.dilation[0]}", f"-DDX={geo.dilation[1]}"]
     options += ["-DMERGE_KW"] if config.merge_kw else []
+    options += ["-DINDIRECT"] if indirection is not None else []
     options += ["-DGEMM_FLOAT_IO"] if epilogue is None else ["-DEPILOGUE", *epilogue]
     program = runtime.program(prog.program_source("implicit_gemm"), tuple(options))
     m, splits = geo.m, config.splits
@@ -208,7 +211,8 @@ def tiled_gemm(runtime: Runtime, p: ConvProblem, geo: Geometry, config: Config, 
     part = runtime.buffer(nbytes) if nbytes else runtime.buffer(4)
     extents = [m, n, c, geo.h, geo.w, geo.out_h, geo.out_w, geo.pad_top, geo.pad_left,
                ldy, a_batch, b_batch, y_batch, bias_batch, splits]
-    kernel = bind(program, "implicit_gemm", [x, w, bias, y, part, *extents])
+    ind = [] if indirection is None else [indirection]
+    kernel = bind(program, "implicit_gemm", [x, w, bias, y, part, *ind, *extents])
     gws = (-(-n // tn) * (tn // wn), -(-m // tm) * (tm // wm), batches * splits)
     steps = [Step(name, kernel, gws, prog.config_id(name, p, options, [*extents, batches]))]
     if splits > 1:

@@ -18,6 +18,9 @@
 // MERGE_KW (unit DX, few channels: the 7x7 RGB stem): the KW taps of a kernel row are one
 // tap of KW*C channels, since they lie side by side in an NHWC row; a slice of 8 then holds
 // 8 useful values instead of C.
+// INDIRECT (indirect_gemm): the offset of each (output pixel, tap)'s input pixel comes from
+// an indirection buffer ind[M][KH*KW] built at prepare time (-1: padding) instead of being
+// computed from the geometry.
 // Split-K (splits > 1): work-group z = batch*splits + s sums only its share of the slices
 // and stores raw float partial sums to part[z][M][N]; splitk_reduce adds them up and applies
 // the epilogue. It gives small-M, large-reduction layers (batch 1, 7x7 maps) enough groups.
@@ -78,9 +81,18 @@
 #define LANE(v, e) (v)
 #endif
 
+// Only INDIRECT takes the indirection buffer (PoCL 3.0's CPU device crashes generating code
+// for the MERGE_KW kernel when it has an unused global pointer argument).
+#if defined(INDIRECT)
+#define IND_PARAM __global const int* ind,
+#else
+#define IND_PARAM
+#endif
+
 __kernel __attribute__((reqd_work_group_size(RTN, RTM, 1)))
 void implicit_gemm(__global const A_T* x, __global const A_T* w, __global const DATA_T* bias,
-                   __global Y_T* y, __global float* part, int M, int N, int C, int H, int W,
+                   __global Y_T* y, __global float* part, IND_PARAM int M, int N, int C,
+                   int H, int W,
                    int OH, int OW, int PT, int PL, int ldy, int a_batch, int b_batch,
                    int y_batch, int bias_batch, int splits) {
     __local float As[TK][TM + PADL];
@@ -118,6 +130,10 @@ void implicit_gemm(__global const A_T* x, __global const A_T* w, __global const 
         a_row[l] = row;
         a_k[l] = (v - row * (TK / VW)) * VW;
         const int m = m0 + row;
+#if defined(INDIRECT)
+        a_pix[l] = (v < NVA && m < M) ? m : -1;         // the row of ind to read
+        a_iy[l] = a_ix[l] = 0;
+#else
         if (v < NVA && m < M) {
             const int img = m / (OH * OW);
             const int rest = m - img * (OH * OW);
@@ -131,6 +147,7 @@ void implicit_gemm(__global const A_T* x, __global const A_T* w, __global const 
             a_iy[l] = -(1 << 30);
             a_ix[l] = 0;
         }
+#endif
     }
     int b_k[LB], b_col[LB];
     for (int l = 0; l < LB; ++l) {
@@ -156,7 +173,17 @@ void implicit_gemm(__global const A_T* x, __global const A_T* w, __global const 
             if (b_k[l] < TK && c < CR && col < N) pb[l] = VLOADB(w, (tap * CR + c) * N + col); \
         }                                                                                  \
     }
-#if defined(MERGE_KW)
+#if defined(INDIRECT)
+#define FETCH_A(tap, c0)                                                                   \
+        for (int l = 0; l < LA; ++l) {                                                     \
+            const int c = (c0) + a_k[l];                                                   \
+            pa[l] = VZERO;                                                                 \
+            if (a_pix[l] >= 0 && c < C) {                                                  \
+                const int off = ind[a_pix[l] * (KH * KW) + (tap)];                         \
+                if (off >= 0) pa[l] = VLOADA(x, off + c);                                  \
+            }                                                                              \
+        }
+#elif defined(MERGE_KW)
 #define FETCH_A(tap, c0)                                                                   \
         for (int l = 0; l < LA; ++l) {                                                     \
             const int iy = a_iy[l] + (tap) * DY;                                           \
