@@ -3,7 +3,7 @@ its variants on the distinct layers of a few nets at batch 1 and 32, each output
 against a float64 reference on the same inputs, cuDNN timed on the same shapes.
 
     python benchmarks/gpu.py [--net resnet50 --net vgg16 ...] [--batch 1 --batch 32]
-        [--repeats 7] [--budget-s 480] [--max-variants 6] [--out results.json]
+        [--repeats 7] [--budget-s 480] [--max-variants 8] [--out results.json]
 
 Timing. convsel: kernel time from OpenCL profiling events (the sum over a prepared
 convolution's launches), input uploaded once, median of ``--repeats`` runs after a warm-up
