@@ -122,6 +122,8 @@ def test_buffer_input_with_shape(rt):
         op.run(buf)
     with pytest.raises(InvalidProblemError, match="shape"):
         op.run(buf, shape=(1, 2, 3, 4))
+    with pytest.raises(InvalidProblemError, match="^out=.*Array"):
+        op.run(cl_array.to_device(op.queue, x), out=buf)
     small = cl.Buffer(op.kernel.context, cl.mem_flags.READ_WRITE, size=16)
     with pytest.raises(InvalidProblemError, match="^x=.*bytes"):
         op.run(small, shape=x.shape)

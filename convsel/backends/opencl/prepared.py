@@ -191,6 +191,10 @@ class OpenCLKernel:
         q = self._queue(queue if queue is not None else x_arr.queue)
         if out is None:
             y_arr = cl_array.empty(q, self._out_shape, self._dtype)
+        elif isinstance(out, cl.Buffer):
+            raise InvalidProblemError("out", "cl.Buffer", "out must be a pyopencl.array.Array: "
+                                      "wrap the buffer as pyopencl.array.Array(queue, shape, "
+                                      "dtype, data=buffer)")
         else:
             y_arr = self._device_array("out", out, self._out_shape, None)
             if y_arr.base_data.int_ptr == x_arr.base_data.int_ptr:
