@@ -312,7 +312,12 @@ class OpenCLKernel:
         return last
 
     def _local_size(self, step: Step) -> tuple[int, int, int] | None:
+        # a kernel compiled for a fixed work-group size (its local-memory tiles assume it)
+        # launches at that size; otherwise the tuner's choice, if any
         rt = self.runtime
+        fixed = rt.required_local_size(step.kernel)
+        if fixed is not None:
+            return fixed
         return rt.tuner.local_size(rt, step.kernel, step.gws, step.config_id) \
             if step.config_id else None
 
