@@ -6,12 +6,14 @@
 # PostgreSQL refuses to run as root, and listens on 127.0.0.1 and a socket under its directory.
 #
 # Settings (environment): CONVSEL_PG_PORT (54329), CONVSEL_PG_DIR (/tmp/convsel-pg-$PORT).
-# The role and database are both `convsel`, password `convsel`: a throwaway local test server.
+# The role and database are both `convsel`; the password is CONVSEL_PG_PASSWORD
+# (convsel-local-test): a throwaway server on loopback, for tests and local trials only.
 set -euo pipefail
 port="${CONVSEL_PG_PORT:-54329}"
 dir="${CONVSEL_PG_DIR:-/tmp/convsel-pg-$port}"
 data="$dir/data"
-url="postgresql://convsel:convsel@127.0.0.1:$port/convsel"
+password="${CONVSEL_PG_PASSWORD:-convsel-local-test}"
+url="postgresql://convsel:$password@127.0.0.1:$port/convsel"
 say() { echo "scripts/postgres.sh: $*" >&2; }
 t0=$(date +%s.%N)
 
@@ -46,7 +48,7 @@ chmod 700 "$dir"
 if [ ! -s "$data/PG_VERSION" ]; then
   rm -rf "$data"
   pwfile="$dir/.pw"
-  run sh -c "umask 077; echo convsel > '$pwfile'"
+  run sh -c "umask 077; echo '$password' > '$pwfile'"
   # Local socket: trust (only the owner can reach the private directory); TCP: passwords.
   run "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
     --pwfile="$pwfile" -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 \
@@ -54,6 +56,8 @@ if [ ! -s "$data/PG_VERSION" ]; then
   rm -f "$pwfile"
 fi
 
+# fsync off: a throwaway server whose data need not survive a power cut; a client killed
+# mid-commit (what the tests do) is the server's rollback, not the disk's.
 if ! run "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
   run "$bin/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 start \
     -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c full_page_writes=off" \
@@ -62,8 +66,9 @@ fi
 
 psql() { run "$bin/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
 if [ "$(psql -tAc "SELECT 1 FROM pg_roles WHERE rolname='convsel'")" != "1" ]; then
-  psql -c "CREATE ROLE convsel LOGIN CREATEDB PASSWORD 'convsel'"
+  psql -c "CREATE ROLE convsel LOGIN CREATEDB"
 fi
+psql -c "ALTER ROLE convsel PASSWORD '$password'"
 if [ "$(psql -tAc "SELECT 1 FROM pg_database WHERE datname='convsel'")" != "1" ]; then
   psql -c "CREATE DATABASE convsel OWNER convsel"
 fi
