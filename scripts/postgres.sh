@@ -15,6 +15,7 @@ data="$dir/data"
 password="${CONVSEL_PG_PASSWORD:-convsel-local-test}"
 url="postgresql://convsel:$password@127.0.0.1:$port/convsel"
 say() { echo "scripts/postgres.sh: $*" >&2; }
+cd /   # the server's user may not be able to enter the caller's directory (/root/...)
 t0=$(date +%s.%N)
 
 bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
