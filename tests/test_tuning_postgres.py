@@ -79,7 +79,7 @@ def test_round_trip_of_entries_and_models(postgres_url):
     assert (status["engine"], status["entries"], status["models"]) == ("postgresql", 11, 1)
     assert status["schema_version"] == schema.SCHEMA_VERSION and status["writable"]
     assert password(postgres_url) not in json.dumps(status) + repr(db) + str(db.path)
-    assert status["location"].startswith("postgresql://convsel@127.0.0.1:")
+    assert status["path"].startswith("postgresql://convsel@127.0.0.1:")
     assert db.delete(backend="numpy") == 11 and db.status()["entries"] == 0
     db.close()
 
@@ -300,3 +300,16 @@ def test_two_service_replicas_share_one_store(postgres_url):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+
+
+def test_the_db_command_speaks_to_postgresql(postgres_url, tmp_path, capsys):
+    from convsel.cli import main
+
+    TuningDB(postgres_url).record_many([entry(i) for i in range(1, 4)])
+    assert main(["db", "--db", postgres_url, "path"]) == 0
+    assert main(["db", "--db", postgres_url, "export", str(tmp_path / "e.json")]) == 0
+    assert main(["db", "--db", str(tmp_path / "t.sqlite"), "import",
+                 str(tmp_path / "e.json")]) == 0
+    out = capsys.readouterr().out
+    assert "postgresql://convsel@127.0.0.1" in out and password(postgres_url) not in out
+    assert TuningDB(tmp_path / "t.sqlite").status()["entries"] == 3

@@ -172,12 +172,14 @@ class TuningDB:
         return [_entry(row) for row in rows]
 
     def status(self) -> dict[str, Any]:
-        """JSON-ready health (for /readyz, /v1/tuning and ``convsel db``): engine, location
-        (never a password), writable, entry and model counts, schema version."""
+        """JSON-ready health (for /readyz, /v1/tuning and ``convsel db``): ``engine``,
+        ``path`` (the SQLite file, or the PostgreSQL URL without its password: one key, so a
+        service that hides host paths hides both), writable, entry and model counts, schema
+        version."""
         count = self._store.rows("SELECT COUNT(*) FROM entries")[0][0]
         models = (self._store.rows("SELECT COUNT(*) FROM models")[0][0]
                   if self.schema_version >= 2 else 0)
-        return {"engine": self.engine, "location": self.location, "path": str(self.path),
+        return {"engine": self.engine, "path": self.location,
                 "ok": True, "writable": self.writable,
                 "read_only_reason": self.read_only_reason or None, "entries": int(count),
                 "models": int(models), "schema_version": self.schema_version}

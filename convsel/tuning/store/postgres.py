@@ -90,7 +90,7 @@ class PostgresEngine:
                 con.cursor().executemany(
                     "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
                     schema.META_ROWS)
-            version = self._check(con, tables)
+            version = self._check(con)
             if version < schema.SCHEMA_VERSION:
                 for statement in schema.migration_statements(version, self.name):
                     con.execute(statement)
@@ -102,7 +102,7 @@ class PostgresEngine:
             self.writable = False
             self.read_only_reason = f"the user of {self.location} may not insert into entries"
 
-    def _check(self, con: Any, tables: set[str]) -> int:
+    def _check(self, con: Any) -> int:
         tables = _tables(con)
         meta = dict(con.execute("SELECT key, value FROM meta").fetchall()) \
             if "meta" in tables else {}
@@ -113,7 +113,7 @@ class PostgresEngine:
 
     def _error(self, exc: BaseException) -> TuningDatabaseError:
         text = str(exc)
-        if self._password:
+        if len(self._password) >= 4:   # libpq never quotes it; this is a second guard
             text = text.replace(self._password, "***")
         low = text.lower()
         if "password authentication failed" in low or "authentication failed" in low \
@@ -146,7 +146,8 @@ class PostgresEngine:
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._connection() as con:
-            return con.execute(_pg(sql), args).fetchall()
+            rows: list[tuple[Any, ...]] = con.execute(_pg(sql), args).fetchall()
+            return rows
 
     @contextmanager
     def transaction(self) -> Iterator[_Transaction]:
