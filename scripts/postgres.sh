@@ -5,6 +5,7 @@
 # (needs root and apt-get). The server runs as the `postgres` user when started by root, since
 # PostgreSQL refuses to run as root, and listens on 127.0.0.1 and a socket under its directory.
 #
+# `scripts/postgres.sh stop` stops that server (its data stays in the directory).
 # Settings (environment): CONVSEL_PG_PORT (54329), CONVSEL_PG_DIR (/tmp/convsel-pg-$PORT).
 # The role and database are both `convsel`; the password is CONVSEL_PG_PASSWORD
 # (convsel-local-test): a throwaway server on loopback, for tests and local trials only.
@@ -41,6 +42,15 @@ if [ "$(id -u)" -eq 0 ]; then
   as_owner=(runuser -u postgres --)
 fi
 run() { "${as_owner[@]}" "$@"; }
+
+if [ "${1:-}" = "stop" ]; then
+  if [ -s "$data/PG_VERSION" ] && run "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    run "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null && say "stopped ($data)"
+  else
+    say "no server running on $data"
+  fi
+  exit 0
+fi
 
 mkdir -p "$dir"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
