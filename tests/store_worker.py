@@ -2,9 +2,13 @@
 
     python tests/store_worker.py write URL WORKER COUNT    COUNT entries of its own, plus one
                                                            key every worker rewrites
-    python tests/store_worker.py commits URL BATCH OFFSET  batches of BATCH new entries forever,
-                                                           printing "commit N" just before
-                                                           each COMMIT goes to the engine
+    python tests/store_worker.py commits URL BATCH OFFSET PAUSE
+                                                           batches of BATCH new entries forever,
+                                                           printing "inserted N" once a
+                                                           batch's rows are written (then
+                                                           holding the transaction open PAUSE
+                                                           seconds) and "commit N" just
+                                                           before its COMMIT
     python tests/store_worker.py tune URL                  measure a small problem for real on
                                                            numpy and record it; print winner
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from convsel import ConvProblem
 from convsel.tuning.db import TuningDB, TuningEntry
@@ -39,17 +44,23 @@ def write(url: str, worker: int, count: int) -> None:
         db.record(entry(0, created=1000.0 + worker * 10_000 + i, winner=f"w{worker}"))
 
 
-def commits(url: str, batch: int, offset: int) -> None:
+def commits(url: str, batch: int, offset: int, pause_s: float) -> None:
     db = TuningDB(url, timeout=60)
     engine = sys.modules[type(db._store).__module__]
-    real_commit = engine._commit
+    real_commit, real_insert = engine._commit, engine._Transaction.executemany
     done = 0
+
+    def announced_insert(self: object, *args: object) -> None:
+        real_insert(self, *args)
+        print(f"inserted {done}", flush=True)    # rows written, transaction still open
+        time.sleep(pause_s)                      # hold it open: a kill now lands inside
 
     def announced_commit(*args: object) -> None:
         print(f"commit {done}", flush=True)
         real_commit(*args)
 
     engine._commit = announced_commit
+    engine._Transaction.executemany = announced_insert
     while True:
         db.record_many([entry(offset + done * batch + j) for j in range(batch)])
         done += 1
@@ -66,5 +77,5 @@ def tune(url: str) -> None:
 if __name__ == "__main__":
     mode, url, *rest = sys.argv[1:]
     {"write": lambda: write(url, int(rest[0]), int(rest[1])),
-     "commits": lambda: commits(url, int(rest[0]), int(rest[1])),
+     "commits": lambda: commits(url, int(rest[0]), int(rest[1]), float(rest[2])),
      "tune": lambda: tune(url)}[mode]()
