@@ -183,6 +183,21 @@ def test_a_server_restart_is_survived_by_the_pool(postgres_url):
     db.close()
 
 
+def test_a_database_gone_away_is_an_error_and_measured_answers_from_the_rules(postgres_url):
+    db = TuningDB(postgres_url, timeout=2)
+    db.record(entry(1))
+    name = postgres_url.rsplit("/", 1)[1]
+    with admin(with_part(postgres_url, dbname="postgres")) as con:
+        con.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    started = time.monotonic()
+    with pytest.raises(TuningDatabaseError, match="database does not exist") as caught:
+        db.lookup(entry(1).problem, "numpy", DEVICE)
+    assert time.monotonic() - started < 10 and password(postgres_url) not in str(caught.value)
+    sel = choose(SMALL, "cpu", policy="measured", backend="numpy", db=db)
+    assert sel.source == "rules" and "unavailable" in sel.trace[-1].reason
+    db.close()
+
+
 # -- several processes --------------------------------------------------------------------------
 
 def test_writers_starting_together_on_an_empty_database_lose_no_rows(postgres_url):

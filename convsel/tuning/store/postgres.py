@@ -59,12 +59,14 @@ class PostgresEngine:
         self._psycopg, pool_module = _driver()
         self.location, params = describe(url)
         self._password = str(params.get("password") or "")
+        self._url = url
         self.timeout = timeout
         self.writable = True
         self.read_only_reason = ""
         self.schema_version = 0
         connect_timeout = max(1, math.ceil(timeout))
         kwargs = {"autocommit": True, "connect_timeout": connect_timeout}
+        self._kwargs = kwargs
         try:
             with self._psycopg.connect(url, **kwargs) as con:
                 self._initialise(con)
@@ -141,8 +143,22 @@ class PostgresEngine:
         try:
             with self._pool.connection() as con:
                 yield con
-        except (self._psycopg.Error, PoolTimeout) as exc:
+        except PoolTimeout as exc:   # an OperationalError too: caught first
+            raise self._diagnose(exc) from None
+        except self._psycopg.Error as exc:
             raise self._error(exc) from None
+
+    def _diagnose(self, timeout: BaseException) -> TuningDatabaseError:
+        # The pool only says it waited; one direct connection says why (server down, password
+        # changed, database dropped), or shows that every pooled connection was busy.
+        try:
+            with self._psycopg.connect(self._url, **self._kwargs):
+                pass
+        except self._psycopg.Error as exc:
+            return self._error(exc)
+        return TuningDatabaseError(
+            f"tuning database {self.location}: all {POOL_MAX} pooled connections stayed busy "
+            f"for {self.timeout:g} s ({timeout}); the server is overloaded or a query hangs")
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._connection() as con:
