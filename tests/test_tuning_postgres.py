@@ -184,7 +184,7 @@ def test_a_server_restart_is_survived_by_the_pool(postgres_url):
 
 
 def test_a_database_gone_away_is_an_error_and_measured_answers_from_the_rules(postgres_url):
-    db = TuningDB(postgres_url, timeout=2)
+    db = TuningDB(postgres_url, timeout=1)
     db.record(entry(1))
     name = postgres_url.rsplit("/", 1)[1]
     with admin(with_part(postgres_url, dbname="postgres")) as con:
