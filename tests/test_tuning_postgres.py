@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -287,20 +288,29 @@ def test_two_service_replicas_share_one_store(postgres_url):
     if Settings.model_fields["tuning_db"].annotation != (str | None):
         pytest.skip("service.config.Settings.tuning_db is not a str, so CONVSEL_TUNING_DB "
                     "cannot carry a URL to the service (branch `service` makes it one)")
-    from test_service_server import convsel_command, free_port, wait_ready
-
     env = {**os.environ, "CONVSEL_TUNING_DB": postgres_url}
     replicas = []
     try:
         for _ in range(2):
-            port = free_port()
-            proc = subprocess.Popen([*convsel_command(), "serve", "--host", "127.0.0.1",
-                                     "--port", str(port), "--workers", "1"], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            proc = subprocess.Popen([sys.executable, "-m", "convsel.cli", "serve", "--host",
+                                     "127.0.0.1", "--port", str(port), "--workers", "1"],
+                                    env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
             replicas.append((f"http://127.0.0.1:{port}", proc))
         for url, proc in replicas:
-            wait_ready(url, proc)
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, "a replica exited before it was ready"
+                assert time.monotonic() < deadline, "a replica was not ready within 60 s"
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
         (a, _), (b, _) = replicas
         problem = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
         body = {"problem": problem, "policy": "measured", "backend": "numpy"}
