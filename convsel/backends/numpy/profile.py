@@ -4,13 +4,14 @@ The algorithms wrap their steps in ``with phase("blas"):`` and the like; outside
 :func:`profiling` that is a shared no-op context, so the steady-state cost is one global
 read per step. ``benchmarks/cpu.py`` switches it on for a few extra runs per layer and
 prints the split (BLAS against copies, padding, transforms, elementwise work, epilogue).
-Phases are timed in the calling thread: work that a phase hands to worker threads counts
-as the wall time the caller waited for it.
+Phases timed inside parallel parts (:mod:`.parallel`) count each worker's time divided by
+the number of workers, so that the phases still add up to about the run's wall time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,12 @@ PHASES = {
 
 _totals: dict[str, float] | None = None
 _NOTHING = contextlib.nullcontext()
+_local = threading.local()
+
+
+def set_share(fraction: float) -> None:
+    """This thread's phases count ``fraction`` of their time (a worker of n: 1/n)."""
+    _local.share = fraction
 
 
 class _Timer:
@@ -43,7 +50,8 @@ class _Timer:
     def __exit__(self, *exc: Any) -> None:
         totals = _totals
         if totals is not None:
-            totals[self.name] = totals.get(self.name, 0.0) + time.perf_counter() - self.start
+            spent = (time.perf_counter() - self.start) * getattr(_local, "share", 1.0)
+            totals[self.name] = totals.get(self.name, 0.0) + spent
 
 
 def phase(name: str) -> contextlib.AbstractContextManager[Any]:

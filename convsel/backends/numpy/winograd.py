@@ -13,6 +13,14 @@ F(4×4, 3×3) does 36 multiplies per 16 outputs and input channel where direct d
 But U holds 36·C·K values, 4× the weights: at batch 1 on small maps (14×14, 7×7) the GEMMs
 have few rows, reading U dominates, and im2col's one GEMM over the plain weights wins.
 Problems whose tile buffers would exceed ``WORKSPACE_CAP`` run in bands of tile rows.
+
+The Kronecker transforms stay single GEMMs: with 36-long contractions BLAS runs them faster
+than the separable form's two passes of 6-long ones (measured on the 56x56 ResNet layers).
+Work is spread over the cores (:mod:`.parallel`): with enough tiles each worker takes a band
+of tile rows through the whole pipeline (gather, transforms, GEMMs, scatter) with its data in
+its own cache; with few tiles (small maps at batch 1, where the GEMMs have a handful of rows
+and BLAS's own threading gains little) the workers split the batch of per-position GEMMs.
+The bias is added by the final scatter copy, which writes every output once anyway.
 """
 
 from __future__ import annotations
@@ -39,6 +47,13 @@ from .common import (
     pieces,
 )
 from .epilogue import finish
+from .parallel import map_parallel, split, workers
+from .profile import phase
+
+# Tiles per worker below which a worker's GEMMs get too few rows: split the GEMM batch instead.
+MIN_TILES_PER_WORKER = 64
+# Multiply-adds of a piece's GEMMs below which handing work to threads costs more than it saves.
+MIN_PARALLEL_MACS = 1 << 22
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
@@ -79,31 +94,63 @@ class Winograd(Prepared):
         (my, mx), (ny, nx), th = self.tile, self.inner, self.tiles[0]
         hp, wp = self._padded_size()
         top, left = p.pad[0], p.pad[2]
-        xp = self.padded(check_x(p, x), top, hp - p.h - top, left, wp - p.w - left)
+        with phase("pad"):
+            xp = self.padded(check_x(p, x), top, hp - p.h - top, left, wp - p.w - left)
         windows = sliding_window_view(xp, (ny, nx), axis=(1, 2))[:, ::my, ::mx]  # N,TH,TW,C,ny,nx
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         for images, rows in pieces(p.n, th, self.row_bytes):
-            out = y[images, rows.start * my: rows.stop * my]
-            self._tiles(windows[images, rows], out)
-        return finish(p, y, self.bias)
+            self._piece(windows[images, rows], y[images, rows.start * my: rows.stop * my])
+        return finish(p, y, None)
 
-    def _tiles(self, windows: np.ndarray, y: np.ndarray) -> None:
+    def _piece(self, windows: np.ndarray, y: np.ndarray) -> None:
+        """Tiles ``windows`` (n, th, TW, C, ny, nx) into output rows ``y``, over the cores."""
+        my = self.tile[0]
+        n, th, tw = windows.shape[:3]
+        p = self.problem
+        macs = n * th * tw * self.inner[0] * self.inner[1] * p.c * p.k
+        if macs < MIN_PARALLEL_MACS or workers() <= 1:
+            self._tiles(windows, y)
+            return
+        bands = split(th, minimum=max(1, MIN_TILES_PER_WORKER // max(1, n * tw)))
+        if len(bands) > 1:
+            map_parallel(lambda band: self._tiles(windows[:, band],
+                                                  y[:, band.start * my: band.stop * my]),
+                         bands)
+        else:
+            self._tiles(windows, y, split_gemms=True)
+
+    def _tiles(self, windows: np.ndarray, y: np.ndarray, split_gemms: bool = False) -> None:
         """Convolve the input tiles ``windows`` (n, th, TW, C, ny, nx) into output rows ``y``."""
         p = self.problem
         (my, mx), (ny, nx) = self.tile, self.inner
         n, th, tw = windows.shape[:3]
         count, positions = n * th * tw, ny * nx
-        d = self.scratch("d", (positions, count * p.c))
-        np.copyto(d.reshape(ny, nx, n, th, tw, p.c), windows.transpose(4, 5, 0, 1, 2, 3))
-        v = self.scratch("v", (positions, count * p.c))
-        np.matmul(self.bt, d, out=v)
+        with phase("copy"):
+            d = self.scratch("d", (positions, count * p.c))
+            np.copyto(d.reshape(ny, nx, n, th, tw, p.c), windows.transpose(4, 5, 0, 1, 2, 3))
+        with phase("transform"):
+            v = self.scratch("v", (positions, count, p.c))
+            np.matmul(self.bt, d, out=v.reshape(positions, count * p.c))
         m = self.scratch("m", (positions, count, p.k))
-        np.matmul(v.reshape(positions, count, p.c), self.u, out=m)
-        out = self.scratch("out", (my * mx, count * p.k))
-        np.matmul(self.at, m.reshape(positions, count * p.k), out=out)
-        full = out.reshape(my, mx, n, th, tw, p.k).transpose(2, 3, 0, 4, 1, 5)
-        full = full.reshape(n, th * my, tw * mx, p.k)
-        np.copyto(y, full[:, : y.shape[1], : p.out_w])
+        with phase("blas"):
+            if split_gemms:
+                map_parallel(lambda t: np.matmul(v[t], self.u[t], out=m[t]), split(positions))
+            else:
+                np.matmul(v, self.u, out=m)
+        with phase("transform"):
+            out = self.scratch("out", (my * mx, count * p.k))
+            np.matmul(self.at, m.reshape(positions, count * p.k), out=out)
+        with phase("copy"):
+            # one strided copy per position in the output tile, straight into y (plus bias)
+            out = out.reshape(my, mx, n, th, tw, p.k)
+            for a in range(min(my, y.shape[1])):
+                for b in range(min(mx, p.out_w)):
+                    dst = y[:, a::my, b::mx]
+                    src = out[a, b, :, : dst.shape[1], : dst.shape[2]]
+                    if self.bias is None:
+                        np.copyto(dst, src)
+                    else:
+                        np.add(src, self.bias, out=dst)
 
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,
