@@ -54,15 +54,13 @@ def _blas_threads() -> str:
 
 def describe() -> dict[str, Any]:
     """JSON-ready state for the service's /v1/backends: availability, the one CPU "device",
-    the algorithms this backend implements, and how many threads its FFT and its parallel
-    parts use (BLAS's own thread setting, at most the usable cores)."""
+    the algorithms this backend implements, and how many threads its FFT uses (the cores
+    this process may run on)."""
     from .. import IMPLEMENTATIONS
     from .common import WORKERS
-    from .parallel import workers
 
     ready = available()
     return {"backend": "numpy", "available": ready.ok, "reason": ready.reason,
             "devices": [device_identity()],
             "algorithms": sorted(a for (a, b) in IMPLEMENTATIONS if b == "numpy"),
-            "counters": {"cpu_count": WORKERS, "fft_workers": workers(),
-                         "parallel_workers": workers()}}
+            "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": WORKERS}}

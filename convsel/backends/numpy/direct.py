@@ -11,9 +11,11 @@ Depthwise convolution (one input channel per group) is an elementwise multiply-a
 which is what MobileNet's layers need: the tap's weights are pre-tiled along a whole output
 row so that, at unit stride, each multiply runs over long contiguous rows instead of
 broadcasting C values. Other grouped problems contract each group's channels with einsum.
-Bands are independent, so large problems hand contiguous runs of bands to the workers of
-:mod:`.parallel` (numpy releases the GIL inside each multiply and add); the bias is added per
-band while it is in cache, and a tap that covers the whole band initialises it.
+The bias is added per band while it is in cache, and a tap that covers the whole band
+initialises it. (Spreading bands over a thread pool was tried again, with BLAS switched to
+one thread meanwhile, and was 1.4-1.5x slower, on the development machine and on the quiet
+two-core host alike: the per-tap numpy operations are short, and the threads queue for the
+GIL between them.)
 """
 
 from __future__ import annotations
@@ -27,11 +29,9 @@ from ...problem import ConvProblem
 from ...verdict import Verdict
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output, padded_bytes
 from .epilogue import finish
-from .parallel import map_parallel, split
 from .profile import phase
 
 BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays in L2)
-MIN_PARALLEL_MACS = 1 << 21   # below this, handing bands to threads costs more than it saves
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
@@ -84,10 +84,9 @@ class Direct(Prepared):
             x = check_x(p, x)
             x = self.padded(x, *p.pad) if self.pad_input else self.float32(x)
         y = new_output((p.n, p.out_h, p.out_w, p.k))
-        bands = [(n, top) for n in range(p.n) for top in range(0, p.out_h, self.band)]
-        macs = p.n * p.out_h * p.out_w * p.k * p.kh * p.kw * (p.c // p.groups)
-        parts = split(len(bands)) if macs >= MIN_PARALLEL_MACS else [slice(0, len(bands))]
-        map_parallel(lambda part: [self._band(x, y, n, top) for n, top in bands[part]], parts)
+        for n in range(p.n):
+            for top in range(0, p.out_h, self.band):
+                self._band(x, y, n, top)
         return finish(p, y, None)
 
     def _band(self, x: np.ndarray, y: np.ndarray, n: int, top: int) -> None:

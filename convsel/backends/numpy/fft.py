@@ -32,7 +32,6 @@ from .common import (
     pieces,
 )
 from .epilogue import finish
-from .parallel import workers
 from .profile import phase
 
 MIN_FFT = 16                  # smallest block side worth an FFT
@@ -119,7 +118,7 @@ class Fft(Prepared):
         (fy, fx), (ty, tx) = self.size, self.valid
         n, rows, bx = blocks.shape[:3]
         with phase("fft"):
-            spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=workers())
+            spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=WORKERS)
         count = n * rows * bx
         with phase("copy"):
             grid = np.ascontiguousarray(spectra.reshape(count, p.c, -1).transpose(2, 0, 1))
@@ -127,7 +126,7 @@ class Fft(Prepared):
             product = np.matmul(grid, self.w)                            # F, P, K
         with phase("fft"):
             product = product.transpose(1, 2, 0).reshape(count, p.k, fy, fx // 2 + 1)
-            spatial = scipy.fft.irfft2(product, s=(fy, fx), workers=workers())[..., :ty, :tx]
+            spatial = scipy.fft.irfft2(product, s=(fy, fx), workers=WORKERS)[..., :ty, :tx]
         full = spatial.reshape(n, rows, bx, p.k, ty, tx).transpose(0, 1, 4, 2, 5, 3)
         return full.reshape(n, rows * ty, bx * tx, p.k)
 

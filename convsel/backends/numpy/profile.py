@@ -4,14 +4,12 @@ The algorithms wrap their steps in ``with phase("blas"):`` and the like; outside
 :func:`profiling` that is a shared no-op context, so the steady-state cost is one global
 read per step. ``benchmarks/cpu.py`` switches it on for a few extra runs per layer and
 prints the split (BLAS against copies, padding, transforms, elementwise work, epilogue).
-Phases timed inside parallel parts (:mod:`.parallel`) count each worker's time divided by
-the number of workers, so that the phases still add up to about the run's wall time.
+Phases are timed in the calling thread, by wall clock.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,12 +27,6 @@ PHASES = {
 
 _totals: dict[str, float] | None = None
 _NOTHING = contextlib.nullcontext()
-_local = threading.local()
-
-
-def set_share(fraction: float) -> None:
-    """This thread's phases count ``fraction`` of their time (a worker of n: 1/n)."""
-    _local.share = fraction
 
 
 class _Timer:
@@ -50,7 +42,7 @@ class _Timer:
     def __exit__(self, *exc: Any) -> None:
         totals = _totals
         if totals is not None:
-            spent = (time.perf_counter() - self.start) * getattr(_local, "share", 1.0)
+            spent = time.perf_counter() - self.start
             totals[self.name] = totals.get(self.name, 0.0) + spent
 
 

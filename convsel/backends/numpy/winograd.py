@@ -16,11 +16,11 @@ Problems whose tile buffers would exceed ``WORKSPACE_CAP`` run in bands of tile 
 
 The Kronecker transforms stay single GEMMs: with 36-long contractions BLAS runs them faster
 than the separable form's two passes of 6-long ones (measured on the 56x56 ResNet layers).
-Work is spread over the cores (:mod:`.parallel`): with enough tiles each worker takes a band
-of tile rows through the whole pipeline (gather, transforms, GEMMs, scatter) with its data in
-its own cache; with few tiles (small maps at batch 1, where the GEMMs have a handful of rows
-and BLAS's own threading gains little) the workers split the batch of per-position GEMMs.
-The bias is added by the final scatter copy, which writes every output once anyway.
+The bias is added by the final scatter copy (one strided copy per position of the output
+tile, straight into the output), which writes every output once anyway. Spreading bands of
+tiles, or the batch of GEMMs, over a thread pool (BLAS single-threaded meanwhile) was tried
+and was 1.3x slower on two cores: the copies and small GEMMs are short, and the threads queue
+for the GIL between them, while BLAS's own threads already cover the large GEMMs.
 """
 
 from __future__ import annotations
@@ -47,13 +47,7 @@ from .common import (
     pieces,
 )
 from .epilogue import finish
-from .parallel import map_parallel, split, workers
 from .profile import phase
-
-# Tiles per worker below which a worker's GEMMs get too few rows: split the GEMM batch instead.
-MIN_TILES_PER_WORKER = 64
-# Multiply-adds of a piece's GEMMs below which handing work to threads costs more than it saves.
-MIN_PARALLEL_MACS = 1 << 22
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
@@ -99,27 +93,10 @@ class Winograd(Prepared):
         windows = sliding_window_view(xp, (ny, nx), axis=(1, 2))[:, ::my, ::mx]  # N,TH,TW,C,ny,nx
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         for images, rows in pieces(p.n, th, self.row_bytes):
-            self._piece(windows[images, rows], y[images, rows.start * my: rows.stop * my])
+            self._tiles(windows[images, rows], y[images, rows.start * my: rows.stop * my])
         return finish(p, y, None)
 
-    def _piece(self, windows: np.ndarray, y: np.ndarray) -> None:
-        """Tiles ``windows`` (n, th, TW, C, ny, nx) into output rows ``y``, over the cores."""
-        my = self.tile[0]
-        n, th, tw = windows.shape[:3]
-        p = self.problem
-        macs = n * th * tw * self.inner[0] * self.inner[1] * p.c * p.k
-        if macs < MIN_PARALLEL_MACS or workers() <= 1:
-            self._tiles(windows, y)
-            return
-        bands = split(th, minimum=max(1, MIN_TILES_PER_WORKER // max(1, n * tw)))
-        if len(bands) > 1:
-            map_parallel(lambda band: self._tiles(windows[:, band],
-                                                  y[:, band.start * my: band.stop * my]),
-                         bands)
-        else:
-            self._tiles(windows, y, split_gemms=True)
-
-    def _tiles(self, windows: np.ndarray, y: np.ndarray, split_gemms: bool = False) -> None:
+    def _tiles(self, windows: np.ndarray, y: np.ndarray) -> None:
         """Convolve the input tiles ``windows`` (n, th, TW, C, ny, nx) into output rows ``y``."""
         p = self.problem
         (my, mx), (ny, nx) = self.tile, self.inner
@@ -133,10 +110,7 @@ class Winograd(Prepared):
             np.matmul(self.bt, d, out=v.reshape(positions, count * p.c))
         m = self.scratch("m", (positions, count, p.k))
         with phase("blas"):
-            if split_gemms:
-                map_parallel(lambda t: np.matmul(v[t], self.u[t], out=m[t]), split(positions))
-            else:
-                np.matmul(v, self.u, out=m)
+            np.matmul(v, self.u, out=m)
         with phase("transform"):
             out = self.scratch("out", (my * mx, count * p.k))
             np.matmul(self.at, m.reshape(positions, count * p.k), out=out)
