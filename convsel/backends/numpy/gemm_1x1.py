@@ -5,7 +5,7 @@ a strided 1×1 first subsamples the input (the only workspace), then runs the sa
 The bias costs no pass of its own: when the output is wider than the input (C + 1 < K),
 the input is copied with a column of ones next to it and the weights carry the bias as an
 extra row (copying N·OH·OW·(C+1) floats is cheaper than touching N·OH·OW·K again);
-otherwise the output is filled with the bias and BLAS adds the product to it
+otherwise the bias is added right after the GEMM
 (:func:`~convsel.backends.numpy.blas.gemm_bias`).
 """
 
