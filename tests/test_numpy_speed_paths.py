@@ -170,6 +170,15 @@ def test_winograd_scatter_adds_the_bias(p: ConvProblem, tile: tuple[int, int], w
     _check(winograd, p, "winograd", {"tile": tile}, bias=with_bias)
 
 
+@pytest.mark.parametrize(("hw", "transposed"), [(7, True), (8, True), (9, False), (11, False)])
+def test_winograd_gemm_orientation(hw: int, transposed: bool):
+    """Few tiles: Mᵀ = Uᵀ Vᵀ; more: M = V U (F(2x2): 16 tiles at 7x7 and 8x8, 25 at 9x9)."""
+    p = ConvProblem(1, hw, hw, 6, 7, 3, 3, pad=1)
+    tiles = (-(-hw // 2)) ** 2
+    op = _check(winograd, p, "winograd", {"tile": (2, 2)})
+    assert op.transposed == (tiles <= winograd.TRANSPOSE_MAX_TILES) == transposed
+
+
 def test_winograd_in_bands_of_tile_rows(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(common, "WORKSPACE_CAP", 8192)
     _check(winograd, ConvProblem(2, 11, 9, 4, 5, 3, 3, pad=1), "winograd", {"tile": (4, 4)})
