@@ -55,10 +55,11 @@ def candidates(p: ConvProblem, rules: Rules, only: list[str] | None,
     for algorithm in ALGORITHMS:
         if only and algorithm not in only:
             continue
-        if not supports(algorithm, p, rules).ok:
-            continue
+        module = implementation(algorithm, "numpy")
+        if module is None or not supports(algorithm, p, rules).ok:
+            continue   # an algorithm with no numpy implementation (OpenCL-only) is not timed
         for params in variants(algorithm, p, rules):
-            if not implementation(algorithm, "numpy").supports(p, params, None).ok:
+            if not module.supports(p, params, None).ok:
                 continue
             out[label_of(algorithm, params)] = (algorithm, params)
     return out
