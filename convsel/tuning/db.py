@@ -28,7 +28,7 @@ from ..errors import TuningDatabaseError
 from ..problem import ConvProblem
 from .entry import DEVICE_FIELDS, IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION = "convsel-tuning"
 EXPORT_FORMAT = "convsel-tuning-export"
 ENV_VAR = "CONVSEL_TUNING_DB"
@@ -42,6 +42,17 @@ CREATE TABLE IF NOT EXISTS entries (
     PRIMARY KEY (problem, backend, vendor, device, driver, convsel_version,
                  implementations_version));
 """
+# Migrations from schema N-1 to N (the key is N); a new file gets _SCHEMA then every one.
+_MIGRATIONS: dict[int, str] = {
+    2: """
+CREATE TABLE IF NOT EXISTS models (
+    backend TEXT NOT NULL, vendor TEXT NOT NULL, device TEXT NOT NULL, driver TEXT NOT NULL,
+    convsel_version TEXT NOT NULL, implementations_version TEXT NOT NULL,
+    family TEXT NOT NULL, model TEXT NOT NULL, meta TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (backend, vendor, device, driver, convsel_version, implementations_version));
+""",
+}
+MODEL_KEY_FIELDS = ("backend", "vendor", "device", "driver")
 _COLUMNS = ("problem", "backend", "vendor", "device", "driver", "convsel_version",
             "implementations_version", "winner", "tie", "timings", "created")
 
@@ -78,6 +89,7 @@ class TuningDB:
         self.writable = True
         self.read_only_reason = ""
         self._ro_query = "mode=ro"
+        self.schema_version = 0
         self._open_and_check()
 
     def __repr__(self) -> str:
@@ -129,17 +141,29 @@ class TuningDB:
         return con
 
     def _initialise(self, con: sqlite3.Connection) -> None:
-        tables = _tables(con)
-        if not tables:
+        if not _tables(con):
             with _transaction(con):
-                for statement in _SCHEMA.split(";"):  # executescript would COMMIT first
-                    con.execute(statement)
+                for statement in _statements(_SCHEMA, *_MIGRATIONS.values()):
+                    con.execute(statement)   # executescript would COMMIT first
                 con.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)",
                                 [("application", APPLICATION),
                                  ("schema_version", str(SCHEMA_VERSION))])
-        self._check(con)
+        if self._check(con) < SCHEMA_VERSION:
+            self._migrate(con)
 
-    def _check(self, con: sqlite3.Connection) -> None:
+    def _migrate(self, con: sqlite3.Connection) -> None:
+        with _transaction(con):
+            # Read again under the write lock: another process may have migrated meanwhile.
+            version = self._check(con)
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _statements(_MIGRATIONS[target]):
+                    con.execute(statement)
+            con.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                        (str(SCHEMA_VERSION),))
+        self.schema_version = SCHEMA_VERSION
+
+    def _check(self, con: sqlite3.Connection) -> int:
+        """The file's schema version, after checking the file is convsel's and not newer."""
         tables = _tables(con)
         if "meta" not in tables:
             raise TuningDatabaseError(
@@ -150,14 +174,19 @@ class TuningDB:
         if meta.get("application") != APPLICATION:
             raise TuningDatabaseError(f"{self.path} is not a convsel tuning database "
                                       f"(application={meta.get('application')!r})")
-        version = int(meta.get("schema_version", "0"))
+        try:
+            version = int(meta.get("schema_version", "0"))
+        except ValueError:
+            version = 0
         if version > SCHEMA_VERSION:
             raise TuningDatabaseError(
                 f"{self.path} has schema version {version}, written by a newer convsel; this "
                 f"convsel {__version__} reads schema {SCHEMA_VERSION}")
-        if version < SCHEMA_VERSION or "entries" not in tables:
+        if version < 1 or "entries" not in tables:
             raise TuningDatabaseError(f"{self.path} has schema version {version} and no "
                                       f"migration to {SCHEMA_VERSION}")
+        self.schema_version = version
+        return version
 
     def _error(self, exc: sqlite3.Error) -> TuningDatabaseError:
         text = str(exc).lower()
@@ -211,9 +240,11 @@ class TuningDB:
         """JSON-ready health: path, writable, entry count (for /readyz and ``convsel db``)."""
         with self._session() as con:
             count = con.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+            models = (con.execute("SELECT COUNT(*) FROM models").fetchone()[0]
+                      if self.schema_version >= 2 else 0)
         return {"path": str(self.path), "ok": True, "writable": self.writable,
                 "read_only_reason": self.read_only_reason or None, "entries": count,
-                "schema_version": SCHEMA_VERSION}
+                "models": models, "schema_version": self.schema_version}
 
     # -- writing ------------------------------------------------------------------------------
     def record(self, entry: TuningEntry) -> None:
@@ -238,6 +269,66 @@ class TuningDB:
             cur = (con.execute("DELETE FROM entries WHERE backend=?", (backend,)) if backend
                    else con.execute("DELETE FROM entries"))
             return int(cur.rowcount)
+
+    # -- models ---------------------------------------------------------------------------------
+    def save_model(self, key: Mapping[str, str], family: str, model: Mapping[str, Any],
+                   meta: Mapping[str, Any]) -> None:
+        """Insert or replace the model for ``key`` (backend, vendor, device, driver) under this
+        convsel's and these implementations' versions. ``model`` and ``meta`` are stored as
+        JSON text (never pickled), so they must be JSON-serialisable."""
+        if not self.writable:
+            raise TuningDatabaseError(f"tuning database {self.path} is read-only "
+                                      f"({self.read_only_reason}); the model was not saved")
+        try:
+            model_text = json.dumps(model, sort_keys=True, allow_nan=False)
+            meta_text = json.dumps(meta, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TuningDatabaseError(f"model {family!r} cannot be stored: model and meta must "
+                                      f"be JSON-serialisable ({exc})") from exc
+        row = (*_model_key(key), str(family), model_text, meta_text, time.time())
+        with self._session() as con, _transaction(con):
+            con.execute(f"INSERT OR REPLACE INTO models ({', '.join(_MODEL_COLUMNS)}) VALUES "
+                        f"({', '.join('?' * len(_MODEL_COLUMNS))})", row)
+
+    def load_model(self, key: Mapping[str, str]) -> dict[str, Any] | None:
+        """``{"family", "model", "meta", "created"}`` for ``key`` saved by this convsel and
+        these implementations; None if there is none."""
+        if self.schema_version < 2:
+            return None   # a read-only file from before models existed holds none
+        with self._session() as con:
+            row = con.execute("SELECT family, model, meta, created FROM models WHERE "
+                              + " AND ".join(f"{c}=?" for c in _MODEL_COLUMNS[:6]),
+                              _model_key(key)).fetchone()
+        if row is None:
+            return None
+        family, model, meta, created = row
+        return {"family": family, "model": self._json(model, "model", key),
+                "meta": self._json(meta, "meta", key), "created": created}
+
+    def models(self) -> list[dict[str, Any]]:
+        """Every stored model (any version), without its body: key fields, versions, family,
+        meta and created, oldest first."""
+        if self.schema_version < 2:
+            return []
+        columns = (*_MODEL_COLUMNS[:7], "meta", "created")
+        with self._session() as con:
+            rows = con.execute(f"SELECT {', '.join(columns)} FROM models "
+                               "ORDER BY created").fetchall()
+        out = []
+        for row in rows:
+            item = dict(zip(columns, row, strict=True))
+            item["meta"] = self._json(item["meta"], "meta", item)
+            out.append(item)
+        return out
+
+    def _json(self, text: str, what: str, key: Mapping[str, Any]) -> Any:
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as exc:
+            where = ", ".join(f"{k}={key.get(k)!r}" for k in MODEL_KEY_FIELDS)
+            raise TuningDatabaseError(f"tuning database {self.path}: the stored {what} of the "
+                                      f"model for {where} is not valid JSON ({exc}); save the "
+                                      f"model again or delete it") from exc
 
     # -- moving between machines --------------------------------------------------------------
     def export_json(self) -> dict[str, Any]:
@@ -285,6 +376,22 @@ def _transaction(con: sqlite3.Connection) -> Iterator[None]:
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
+
+
+def _statements(*scripts: str) -> list[str]:
+    return [s for script in scripts for s in script.split(";") if s.strip()]
+
+
+_MODEL_COLUMNS = (*MODEL_KEY_FIELDS, "convsel_version", "implementations_version", "family",
+                  "model", "meta", "created")
+
+
+def _model_key(key: Mapping[str, str]) -> tuple[str, ...]:
+    missing = [k for k in MODEL_KEY_FIELDS if k not in key]
+    if missing:
+        raise TuningDatabaseError(f"model key {dict(key)!r} lacks {', '.join(missing)}; a "
+                                  f"model key has {', '.join(MODEL_KEY_FIELDS)}")
+    return (*(str(key[k]) for k in MODEL_KEY_FIELDS), __version__, IMPLEMENTATIONS_VERSION)
 
 
 def _tables(con: sqlite3.Connection) -> set[str]:
