@@ -8,9 +8,11 @@ import sqlite3
 import pytest
 
 import convsel.tuning.db as dbmod
+import convsel.tuning.store.sqlite as sqlite_store
 from convsel import TuningDatabaseError
 from convsel._version import __version__
 from convsel.tuning.db import TuningDB
+from convsel.tuning.store import schema
 
 KEY = {"backend": "numpy", "vendor": "x86_64", "device": "test-cpu", "driver": "numpy 2"}
 MODEL = {"weights": [0.5, -1.25, 3.0], "classes": ["direct", "im2col_gemm"], "depth": 3}
@@ -81,7 +83,7 @@ def test_bad_keys_and_unserialisable_models_are_refused(db):
 def _schema_1_file(path):
     """A database as convsel wrote it before models existed (schema 1)."""
     with sqlite3.connect(path) as con:
-        con.executescript(dbmod._SCHEMA)
+        con.executescript(schema.BASE.format(float="REAL"))
         con.executemany("INSERT INTO meta VALUES (?, ?)",
                         [("application", dbmod.APPLICATION), ("schema_version", "1")])
         con.execute("INSERT INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -105,14 +107,14 @@ def test_a_schema_1_file_is_migrated_and_keeps_its_entries(tmp_path):
 def test_a_read_only_schema_1_file_still_reads(tmp_path, monkeypatch):
     path = tmp_path / "old.sqlite"
     _schema_1_file(path)
-    real = dbmod._connect
+    real = sqlite_store._connect
 
     def read_only(target, timeout, *, uri):
         if not uri:
             target, uri = f"{path.resolve().as_uri()}?mode=ro", True
         return real(target, timeout, uri=uri)
 
-    monkeypatch.setattr(dbmod, "_connect", read_only)
+    monkeypatch.setattr(sqlite_store, "_connect", read_only)
     db = TuningDB(path)
     assert not db.writable and db.status()["schema_version"] == 1
     assert db.status()["entries"] == 1 and db.models() == [] and db.load_model(KEY) is None
