@@ -4,5 +4,5 @@
 # Extra arguments go to `convsel serve` (e.g. --port 8080).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh all
 exec .venv/bin/convsel serve "$@"
