@@ -61,9 +61,9 @@ def _recorded_device(db: TuningDB, backend: str, name: str) -> dict[str, str]:
 
 
 def summary(meta: dict[str, Any], backend: str, where: str) -> str:
-    lines = [f"fitted on {meta['training_problems']} shapes ({meta['training_rows']} timed "
+    lines = [(f"fitted on {meta['training_problems']} shapes ({meta['training_rows']} timed "
              f"candidates) of {backend} on {meta['device'].get('name', '?')} in "
-             f"{meta['fit_seconds']:.1f} s", "held-out regret (cross-validated over shapes):"]
+             f"{meta['fit_seconds']:.1f} s"), "held-out regret (cross-validated over shapes):"]
     for family, s in meta["held_out"].items():
         mark = "  <- kept" if family == meta["family"] else ""
         lines.append(f"  {family:<9} geomean {s['geomean_regret']:.3f}  picks fastest "

@@ -53,7 +53,7 @@ class PredictedPolicy:
 
 def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None, str]:
     """The model for ``backend``/``device`` in ``db``, or None with why not."""
-    from .measured import _identity   # one cached device identity for both policies
+    from .measured import _identity  # one cached device identity for both policies
 
     try:
         ident = _identity(backend, device)
