@@ -164,6 +164,7 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
     stored = model.to_data()
     meta = {"id": model_id(best, stored), "family": best, "training_problems":
             len(data.distinct), "training_rows": int(len(data.y)), "dtypes": data.dtypes,
+            "algorithms": sorted({v.split(":", 1)[0] for v in data.variants}),
             "features": list(FEATURE_NAMES), "features_version": FEATURES_VERSION,
             "sigma": scores[best]["sigma"], "held_out": scores, "folds": folds,
             "device": dict(device or {}), "convsel_version": __version__,

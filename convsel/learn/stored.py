@@ -86,6 +86,10 @@ class StoredModel:
         rows = [candidate_features(problem, alg, params) for _, alg, params in variants]
         x = np.array([[r[n] for n in FEATURE_NAMES] for r in rows], dtype=float)
         pred = self.model.predict(x, [label for label, _, _ in variants])
+        seen = self.meta.get("algorithms")
+        if seen is not None:
+            # trees answer for an algorithm they never saw timed: that answer means nothing
+            pred = np.where([alg in seen for _, alg, _ in variants], pred, math.inf)
         sigma = dict(self.meta.get("sigma") or {})
         out = [Ranked(label, alg, dict(params), math.exp(p) if math.isfinite(p) else math.inf,
                       math.exp(float(sigma.get(alg, 1.0))))
