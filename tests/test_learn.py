@@ -243,3 +243,22 @@ def test_sampled_shapes_are_valid_distinct_bounded_and_seeded():
     kinds = {(p.kh, p.kw) for p in a}
     assert {(1, 1), (3, 3)} <= kinds
     assert any(p.groups > 1 for p in a) and any(p.stride != (1, 1) for p in a)
+
+
+def test_prepare_runs_the_predicted_pick_correctly(db, ident):
+    import convsel
+    from convsel.reference import conv2d_reference
+
+    fit_and_save(db, ident, ["roofline"])
+    p = ConvProblem(1, 12, 12, 96, 16, 3, 3, pad=1)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    w = rng.standard_normal(p.weights_shape).astype(np.float32)
+    op = convsel.prepare(p, w, policy="predicted", db=db)
+    assert op.selection.source == "model" and op.algorithm == op.selection.algorithm
+    from tolerances import tolerance
+
+    ref = conv2d_reference(p, x, w, None)
+    scale = conv2d_reference(p, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                             None).max()
+    assert np.abs(op.run(x) - ref).max() / scale <= tolerance(op.algorithm, "F32")
