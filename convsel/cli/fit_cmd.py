@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES), default=None,
                         help="compare only these model families (repeatable; default: every "
                              "installed one)")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="fit each candidate's median time (default) or its fastest run "
+                             "(steadier where other processes share the cores)")
     parser.add_argument("--folds", type=int, default=5, metavar="K",
                         help="cross-validation folds over problems (default 5)")
     parser.add_argument("--json", action="store_true", help="print the stored meta as JSON")
@@ -39,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     ident = (_recorded_device(db, args.backend, args.device_name) if args.device_name
              else device_identity(args.backend, device_arg(args.device)))
     entries = [e for e in db.entries(backend=args.backend, device=ident) if e.is_current]
-    result = fit(entries, families=args.family, folds=args.folds, device=ident)
+    result = fit(entries, families=args.family, folds=args.folds, device=ident,
+                 statistic=args.statistic)
     db.save_model(model_key(args.backend, ident), result.family, result.model.to_data(),
                   result.meta)
     if args.json:

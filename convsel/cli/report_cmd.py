@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "use, when they were measured on another machine")
     parser.add_argument("--family", action="append", default=None, metavar="FAMILY",
                         help="--cv compares only these model families (default: all installed)")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="--cv fits each candidate's median or fastest run (as `convsel "
+                             "fit --statistic`)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,6 +83,7 @@ def _crossval(args: argparse.Namespace, report: Report, db: TuningDB) -> None:
     print(f"cross-validating over {len(report.nets)} nets with {len(training)} training "
           f"entries of {ident.get('name', '?')} from {db.path}", file=sys.stderr)
     leave_one_net_out(report, training, target=args.target, families=args.family,
+                      statistic=args.statistic,
                       on_net=lambda net: print(f"  fitting without {net}", file=sys.stderr))
 
 

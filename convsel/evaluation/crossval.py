@@ -25,6 +25,7 @@ from .report import CV_POLICY, Report, pick_of
 
 def leave_one_net_out(report: Report, training: Sequence[TuningEntry], *, target: str = "cpu",
                       rules: Rules | None = None, families: Sequence[str] | None = None,
+                      statistic: str = "median",
                       on_net: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Add the :data:`CV_POLICY` pick to every layer of ``report``; returns (and stores in
     ``report.crossval``) what each net's model was trained on and how it was chosen."""
@@ -38,7 +39,7 @@ def leave_one_net_out(report: Report, training: Sequence[TuningEntry], *, target
         held = {r.layer.problem for r in rows}
         train = [e for e in training if e.problem not in held]
         try:
-            result = fit(train, families=families, device=report.device)
+            result = fit(train, families=families, device=report.device, statistic=statistic)
         except InvalidProblemError as exc:
             folds[net] = {"error": str(exc)}
             continue

@@ -54,18 +54,26 @@ class Dataset:
                        [self.problems[i] for i in idx], self.dtypes)
 
 
-def dataset(entries: Iterable[TuningEntry]) -> Dataset:
-    """The rows of every timed candidate of ``entries``."""
+STATISTICS = ("median", "min")
+
+
+def dataset(entries: Iterable[TuningEntry], statistic: str = "median") -> Dataset:
+    """The rows of every timed candidate of ``entries``; the target is the log of each
+    candidate's ``statistic`` ("median", or "min": the fastest run, which other processes'
+    load cannot make faster, so it is the steadier estimate on a shared machine)."""
+    if statistic not in STATISTICS:
+        raise InvalidProblemError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
     xs, ys, variants, problems = [], [], [], []
     for entry in entries:
         for label, t in entry.timings.items():
             if "median_s" not in t or not t["median_s"] or t["median_s"] <= 0:
                 continue
+            seconds = float(t.get(f"{statistic}_s") or t["median_s"])
             params = {k: tuple(v) if isinstance(v, list) else v
                       for k, v in dict(t.get("params") or {}).items()}
             row = candidate_features(entry.problem, str(t["algorithm"]), params)
             xs.append([row[n] for n in FEATURE_NAMES])
-            ys.append(math.log(float(t["median_s"])))
+            ys.append(math.log(seconds))
             variants.append(label_of(str(t["algorithm"]), params))
             problems.append(entry.problem)
     x = np.asarray(xs, dtype=float).reshape(len(xs), len(FEATURE_NAMES))
@@ -138,7 +146,8 @@ class FitResult:
 
 
 def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None,
-        folds: int = FOLDS, device: Mapping[str, str] | None = None) -> FitResult:
+        folds: int = FOLDS, device: Mapping[str, str] | None = None,
+        statistic: str = "median") -> FitResult:
     """Compare ``families`` (default: every installed one) by held-out regret on ``entries``
     and fit the best on all of them.
 
@@ -152,7 +161,7 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
     if unknown:
         raise InvalidProblemError("family", unknown[0], f"unknown; known: {', '.join(FAMILIES)}")
     started = time.perf_counter()
-    data = dataset(entries)
+    data = dataset(entries, statistic)
     if len(data.distinct) < MIN_PROBLEMS:
         raise InvalidProblemError(
             "entries", len(data.distinct), f"a model needs timings of at least {MIN_PROBLEMS} "
@@ -166,6 +175,7 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
             len(data.distinct), "training_rows": int(len(data.y)), "dtypes": data.dtypes,
             "algorithms": sorted({v.split(":", 1)[0] for v in data.variants}),
             "features": list(FEATURE_NAMES), "features_version": FEATURES_VERSION,
+            "statistic": statistic,
             "sigma": scores[best]["sigma"], "held_out": scores, "folds": folds,
             "device": dict(device or {}), "convsel_version": __version__,
             "implementations_version": IMPLEMENTATIONS_VERSION,
