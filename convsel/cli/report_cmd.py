@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "use, when they were measured on another machine")
     parser.add_argument("--family", action="append", default=None, metavar="FAMILY",
                         help="--cv compares only these model families (default: all installed)")
+    parser.add_argument("--judge", choices=("median", "min"), default="median",
+                        help="judge picks by each candidate's median (default) or fastest run "
+                             "(repeats far better where other processes share the cores)")
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="--cv fits each candidate's median or fastest run (as `convsel "
                              "fit --statistic`)")
@@ -72,7 +75,7 @@ def _identity(args: argparse.Namespace, db: TuningDB) -> dict[str, str]:
 def _from_fresh_db(args: argparse.Namespace, layers: list[Layer], db: TuningDB) -> Report:
     fresh = TuningDB(args.fresh_db)
     return report_from_db(layers, fresh, backend=args.backend, device=_identity(args, fresh),
-                          target=args.target)
+                          target=args.target, judge=args.judge)
 
 
 def _crossval(args: argparse.Namespace, report: Report, db: TuningDB) -> None:
@@ -101,7 +104,7 @@ def _timed_now(args: argparse.Namespace, layers: list[Layer], db: TuningDB) -> R
     try:
         report = build_report(layers, backend=args.backend, device=device_arg(args.device),
                               db=db, target=args.target, settings=settings_from_args(args),
-                              on_progress=progress, exclude=args.exclude)
+                              on_progress=progress, exclude=args.exclude, judge=args.judge)
     finally:
         bar.close()
     return report

@@ -35,8 +35,9 @@ def _x(value: float | None, missing: str = "fail") -> str:
 def table(report: Report, worst: int = 5) -> str:
     """The per-layer table, the summary per net and overall, and ACL's costliest layers."""
     dev = report.device
+    stat = "fastest runs" if report.judge == "min" else "medians"
     lines = [(f"backend {report.backend} on {dev.get('name', '?')} ({dev.get('driver', '?')}), "
-              f"ACL target {report.target}; times are medians in ms, × is pick / fastest")]
+              f"ACL target {report.target}; times are {stat} in ms, × is pick / fastest")]
     policies = report.policies
     for net in report.nets:
         head = "".join(f"   {p + ' pick':<16} {'×':>6} {'from':<5}" for p in policies)
