@@ -73,3 +73,19 @@ def _has_lightgbm() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_judging_by_the_fastest_run_swaps_the_statistic_only():
+    from convsel.evaluation.report import judged
+    from convsel.tuning.measure import Measurement
+
+    timings = {"a": {"algorithm": "a", "median_s": 2.0, "min_s": 1.5, "iqr_s": 0.1, "runs": 5},
+               "b": {"algorithm": "b", "median_s": 1.8, "min_s": 1.7, "iqr_s": 0.1, "runs": 5},
+               "c": {"algorithm": "c", "error": "boom"}}
+    m = Measurement(NETS["wide"][0], "numpy", {}, timings, {}, None, ())
+    assert m.fastest == "b" and judged(m, "median") is m
+    by_min = judged(m, "min")
+    assert by_min.fastest == "a" and by_min.timings["a"]["median_measured_s"] == 2.0
+    assert by_min.timings["c"] == timings["c"]
+    with pytest.raises(ValueError, match="judge"):
+        judged(m, "mean")
