@@ -262,3 +262,33 @@ def test_prepare_runs_the_predicted_pick_correctly(db, ident):
     scale = conv2d_reference(p, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
                              None).max()
     assert np.abs(op.run(x) - ref).max() / scale <= tolerance(op.algorithm, "F32")
+
+
+def test_the_database_keeps_every_candidates_timing_and_variant(tmp_path):
+    from convsel.tuning.measure import TimingSettings, measure
+
+    p = ConvProblem(1, 6, 6, 4, 4, 3, 3, pad=1)
+    m = measure(p, "numpy", settings=TimingSettings(warmup=0, min_runs=2, min_time=0.0))
+    database = TuningDB(tmp_path / "t.sqlite")
+    database.record(m.entry())
+    stored = database.lookup(p, "numpy", m.device)
+    found, _ = candidates(p, "numpy")
+    assert {c.label for c in found} <= set(stored.timings)
+    for cand in found:
+        t = stored.timings[cand.label]
+        assert {"algorithm", "params", "median_s", "iqr_s", "runs", "min_s"} <= set(t)
+        assert t["params"] == {k: list(v) for k, v in cand.params.items()}
+    assert len(dataset([stored]).y) == len(found)
+
+
+def test_tune_sample_adds_generated_layers_to_named_ones():
+    import argparse
+
+    from convsel.cli.tune_cmd import layers_from_args
+
+    args = argparse.Namespace(h=None, layers=None, net=["alexnet"], sample=5, seed=2)
+    layers = layers_from_args(args)
+    assert [x.net for x in layers].count("sample-2") == 5
+    assert {x.problem for x in layers if x.net == "sample-2"} == set(sample_problems(5, 2))
+    only = layers_from_args(argparse.Namespace(h=None, layers=None, net=None, sample=3, seed=0))
+    assert [x.net for x in only] == ["sample-0"] * 3
