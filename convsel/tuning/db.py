@@ -44,7 +44,7 @@ from .store.schema import (
 from .store.sqlite import SQLiteEngine
 
 __all__ = ["APPLICATION", "EXPORT_FORMAT", "ENV_VAR", "MODEL_KEY_FIELDS", "SCHEMA_VERSION",
-           "TuningDB", "TuningEntry", "default_path", "default_target", "open_db",
+           "TuningDB", "TuningEntry", "close_open", "default_path", "default_target", "open_db",
            "problem_key"]
 
 EXPORT_FORMAT = "convsel-tuning-export"
@@ -109,6 +109,7 @@ class TuningDB:
             self._store = PostgresEngine(str(target).strip(), timeout=timeout)
             self.path: Path | str = self._store.location
         else:
+            _refuse_mangled_url(target)
             self._store = SQLiteEngine(target, timeout=timeout)
             self.path = self._store.path
 
@@ -171,12 +172,14 @@ class TuningDB:
         return [_entry(row) for row in rows]
 
     def status(self) -> dict[str, Any]:
-        """JSON-ready health (for /readyz, /v1/tuning and ``convsel db``): engine, location
-        (never a password), writable, entry and model counts, schema version."""
+        """JSON-ready health (for /readyz, /v1/tuning and ``convsel db``): ``engine``,
+        ``path`` (the SQLite file, or the PostgreSQL URL without its password: one key, so a
+        service that hides host paths hides both), writable, entry and model counts, schema
+        version."""
         count = self._store.rows("SELECT COUNT(*) FROM entries")[0][0]
         models = (self._store.rows("SELECT COUNT(*) FROM models")[0][0]
                   if self.schema_version >= 2 else 0)
-        return {"engine": self.engine, "location": self.location, "path": str(self.path),
+        return {"engine": self.engine, "path": self.location,
                 "ok": True, "writable": self.writable,
                 "read_only_reason": self.read_only_reason or None, "entries": int(count),
                 "models": int(models), "schema_version": self.schema_version}
@@ -289,6 +292,17 @@ class TuningDB:
                 "rejected": rejected}
 
 
+def _refuse_mangled_url(target: str | os.PathLike[str]) -> None:
+    # Path("postgresql://u:pw@h/db") is "postgresql:/u:pw@h/db": opening it would create an
+    # SQLite file named after the URL, password included, instead of reaching the server.
+    text = os.fspath(target)
+    if text.lower().startswith(("postgresql:", "postgres:")):
+        raise TuningDatabaseError(
+            f"tuning database {text.split(':', 1)[0]}:/...: a PostgreSQL URL that was turned "
+            f"into a file path (its '//' is lost); pass {ENV_VAR} / --db as a string "
+            f"postgresql://user:password@host:port/dbname")
+
+
 def _model_key(key: Mapping[str, str]) -> tuple[str, ...]:
     missing = [k for k in MODEL_KEY_FIELDS if k not in key]
     if missing:
@@ -340,3 +354,16 @@ def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
         if (os.getpid(), key) not in _open:
             _open[(os.getpid(), key)] = TuningDB(key)
         return _open[(os.getpid(), key)]
+
+
+def close_open(db: str | os.PathLike[str] | None = None) -> None:
+    """Close and forget this process's cached databases (every one, or the one at ``db``):
+    their PostgreSQL pools give their connections back to the server."""
+    wanted = None if db is None else (
+        str(db).strip() if is_url(db) else Path(db).expanduser())
+    with _open_lock:
+        for pid, target in list(_open):
+            if wanted is None or target == wanted:
+                database = _open.pop((pid, target))
+                if pid == os.getpid():   # a parent's pool is not ours to close
+                    database.close()

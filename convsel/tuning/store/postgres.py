@@ -59,12 +59,14 @@ class PostgresEngine:
         self._psycopg, pool_module = _driver()
         self.location, params = describe(url)
         self._password = str(params.get("password") or "")
+        self._url = url
         self.timeout = timeout
         self.writable = True
         self.read_only_reason = ""
         self.schema_version = 0
         connect_timeout = max(1, math.ceil(timeout))
         kwargs = {"autocommit": True, "connect_timeout": connect_timeout}
+        self._kwargs = kwargs
         try:
             with self._psycopg.connect(url, **kwargs) as con:
                 self._initialise(con)
@@ -90,7 +92,7 @@ class PostgresEngine:
                 con.cursor().executemany(
                     "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
                     schema.META_ROWS)
-            version = self._check(con, tables)
+            version = self._check(con)
             if version < schema.SCHEMA_VERSION:
                 for statement in schema.migration_statements(version, self.name):
                     con.execute(statement)
@@ -102,7 +104,7 @@ class PostgresEngine:
             self.writable = False
             self.read_only_reason = f"the user of {self.location} may not insert into entries"
 
-    def _check(self, con: Any, tables: set[str]) -> int:
+    def _check(self, con: Any) -> int:
         tables = _tables(con)
         meta = dict(con.execute("SELECT key, value FROM meta").fetchall()) \
             if "meta" in tables else {}
@@ -113,7 +115,7 @@ class PostgresEngine:
 
     def _error(self, exc: BaseException) -> TuningDatabaseError:
         text = str(exc)
-        if self._password:
+        if len(self._password) >= 4:   # libpq never quotes it; this is a second guard
             text = text.replace(self._password, "***")
         low = text.lower()
         if "password authentication failed" in low or "authentication failed" in low \
@@ -141,12 +143,27 @@ class PostgresEngine:
         try:
             with self._pool.connection() as con:
                 yield con
-        except (self._psycopg.Error, PoolTimeout) as exc:
+        except PoolTimeout as exc:   # an OperationalError too: caught first
+            raise self._diagnose(exc) from None
+        except self._psycopg.Error as exc:
             raise self._error(exc) from None
+
+    def _diagnose(self, timeout: BaseException) -> TuningDatabaseError:
+        # The pool only says it waited; one direct connection says why (server down, password
+        # changed, database dropped), or shows that every pooled connection was busy.
+        try:
+            with self._psycopg.connect(self._url, **self._kwargs):
+                pass
+        except self._psycopg.Error as exc:
+            return self._error(exc)
+        return TuningDatabaseError(
+            f"tuning database {self.location}: all {POOL_MAX} pooled connections stayed busy "
+            f"for {self.timeout:g} s ({timeout}); the server is overloaded or a query hangs")
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._connection() as con:
-            return con.execute(_pg(sql), args).fetchall()
+            rows: list[tuple[Any, ...]] = con.execute(_pg(sql), args).fetchall()
+            return rows
 
     @contextmanager
     def transaction(self) -> Iterator[_Transaction]:
