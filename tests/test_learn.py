@@ -292,3 +292,13 @@ def test_tune_sample_adds_generated_layers_to_named_ones():
     assert {x.problem for x in layers if x.net == "sample-2"} == set(sample_problems(5, 2))
     only = layers_from_args(argparse.Namespace(h=None, layers=None, net=None, sample=3, seed=0))
     assert [x.net for x in only] == ["sample-0"] * 3
+
+
+def test_a_model_of_another_feature_set_is_not_used(db, ident):
+    meta = fit_and_save(db, ident, ["roofline"])
+    record = db.load_model(model_key("numpy", ident))
+    older = {**meta, "features": meta["features"][:-1]}   # as before an algorithm was added
+    db.save_model(model_key("numpy", ident), "roofline", record["model"], older)
+    sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
+    assert (sel.source, sel.trace[-1].id) == ("rules", "predicted.no-model")
+    assert "other features" in sel.trace[-1].reason and "convsel fit" in sel.trace[-1].reason

@@ -34,6 +34,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"problem    {problem}")
         print(sel.explain())
+        ranking = (sel.measurement or {}).get("ranking") if sel.source == "model" else None
+        if ranking:
+            print("predicted (ms, likely range):")
+            for r in ranking:
+                print(f"  {r['label']:<18} " + (
+                    f"{r['predicted_ms']:10.4g}  [{r['low_ms']:.3g} .. {r['high_ms']:.3g}]"
+                    if r["predicted_ms"] is not None else "not predicted: the model never saw "
+                    "this algorithm timed"))
     return 0
 
 

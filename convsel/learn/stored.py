@@ -115,11 +115,18 @@ def decode(record: Mapping[str, Any]) -> StoredModel:
                          f"{', '.join(FAMILIES)}")
     if not isinstance(meta, dict) or not isinstance(record.get("model"), dict):
         raise ModelError("stored model: 'model' and 'meta' must be JSON objects")
-    if meta.get("features_version") != FEATURES_VERSION or \
-            list(meta.get("features") or []) != list(FEATURE_NAMES):
-        raise ModelError("stored model was fitted on another feature set (features version "
-                         f"{meta.get('features_version')!r}, this convsel's {FEATURES_VERSION!r}); "
-                         "run `convsel fit` again")
+    if meta.get("features_version") != FEATURES_VERSION:
+        raise ModelError(f"stored model has features version {meta.get('features_version')!r}, "
+                         f"this convsel computes version {FEATURES_VERSION!r}; run `convsel fit` "
+                         "again")
+    theirs = list(meta.get("features") or [])
+    if theirs != list(FEATURE_NAMES):
+        extra = sorted(set(theirs) - set(FEATURE_NAMES))
+        missing = sorted(set(FEATURE_NAMES) - set(theirs))
+        raise ModelError("stored model was fitted on other features (the algorithm registry "
+                         f"changed? it has {extra or 'no others'}, lacks {missing or 'none'}"
+                         f"{'' if extra or missing else ', in another order'}); run `convsel "
+                         "fit` again")
     from .fit import model_id
 
     if model_id(str(family), record["model"]) != meta.get("id"):
