@@ -50,6 +50,7 @@ ROUTERS: tuple[str, ...] = (
     "service.routes.meta",     # /healthz /readyz /metrics /v1/targets|methods|backends|rules
     "service.routes.plan",     # POST /v1/plan (ONNX model upload)
     "service.routes.tuning",   # POST /v1/tune, GET /v1/tuning
+    "service.routes.fit",      # POST/GET /v1/fit (the predicted policy's model)
 )
 
 DESCRIPTION = ("ACL's conv2d algorithm selection, explained, and convolutions run remotely. "

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("convsel.cli.serve_cmd", "run the HTTP service (FastAPI under uvicorn)"),
     "plan": ("convsel.cli.plan_cmd", "the method for every Conv of an ONNX model"),
     "tune": ("convsel.cli.tune_cmd", "time every algorithm per layer; record the winners"),
+    "fit": ("convsel.cli.fit_cmd", "fit a cost model on this device's timings; store it"),
     "db": ("convsel.cli.db_cmd", "the tuning database: path, list, export, import"),
     "report": ("convsel.cli.report_cmd", "each policy's pick against the fastest, per layer"),
     "devices": ("convsel.cli.devices_cmd", "OpenCL platforms and devices with their limits"),

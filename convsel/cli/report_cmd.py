@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..evaluation.render import plots, table
-from ..evaluation.report import build_report
+from ..evaluation.report import Report, build_report, report_from_db
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer
 from .tune_cmd import add_timing_arguments, device_arg, layers_from_args, settings_from_args
@@ -22,12 +22,75 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where report.json and the PNG charts go (default results/report)")
     parser.add_argument("--worst", type=int, default=5, metavar="N",
                         help="list the N layers where ACL's choice costs most")
+    parser.add_argument("--cv", action="store_true",
+                        help="add leave-one-net-out cross-validation of the predicted policy: "
+                             "per net, fit on --db's timings of every other shape (other nets "
+                             "and sampled shapes), judge on this net's fresh timings")
+    parser.add_argument("--fresh-db", default=None, metavar="PATH",
+                        help="judge on the timings in this database (a separate, later "
+                             "`convsel tune` of the same layers) instead of timing now; only "
+                             "the acl policy and --cv are evaluated then")
+    parser.add_argument("--device-name", default=None, metavar="NAME",
+                        help="with --fresh-db: the device (as recorded) whose timings to "
+                             "use, when they were measured on another machine")
+    parser.add_argument("--family", action="append", default=None, metavar="FAMILY",
+                        help="--cv compares only these model families (default: all installed)")
+    parser.add_argument("--judge", choices=("median", "min"), default="median",
+                        help="judge picks by each candidate's median (default) or fastest run "
+                             "(repeats far better where other processes share the cores)")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="--cv fits each candidate's median or fastest run (as `convsel "
+                             "fit --statistic`)")
 
 
 def run(args: argparse.Namespace) -> int:
     args.h = None  # report takes layers, not a single problem
     layers = layers_from_args(args)
     db = TuningDB(args.db)
+    if args.fresh_db:
+        report = _from_fresh_db(args, layers, db)
+    else:
+        report = _timed_now(args, layers, db)
+    if args.cv:
+        _crossval(args, report, db)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(table(report, args.worst))
+    (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    written = [out / "report.json", *plots(report, out)]
+    print("\nwrote " + ", ".join(str(p) for p in written))
+    return 0 if report.layers else 1
+
+
+def _identity(args: argparse.Namespace, db: TuningDB) -> dict[str, str]:
+    if args.device_name:
+        from .fit_cmd import _recorded_device
+
+        return _recorded_device(db, args.backend, args.device_name)
+    from ..tuning.identity import device_identity
+
+    return device_identity(args.backend, device_arg(args.device))
+
+
+def _from_fresh_db(args: argparse.Namespace, layers: list[Layer], db: TuningDB) -> Report:
+    fresh = TuningDB(args.fresh_db)
+    return report_from_db(layers, fresh, backend=args.backend, device=_identity(args, fresh),
+                          target=args.target, judge=args.judge)
+
+
+def _crossval(args: argparse.Namespace, report: Report, db: TuningDB) -> None:
+    from ..evaluation.crossval import leave_one_net_out
+
+    ident = report.device if args.fresh_db else _identity(args, db)
+    training = [e for e in db.entries(backend=args.backend, device=ident) if e.is_current]
+    print(f"cross-validating over {len(report.nets)} nets with {len(training)} training "
+          f"entries of {ident.get('name', '?')} from {db.path}", file=sys.stderr)
+    leave_one_net_out(report, training, target=args.target, families=args.family,
+                      statistic=args.statistic,
+                      on_net=lambda net: print(f"  fitting without {net}", file=sys.stderr))
+
+
+def _timed_now(args: argparse.Namespace, layers: list[Layer], db: TuningDB) -> Report:
     bar = _bar(len(layers), args.no_progress)
     seen: set[str] = set()
 
@@ -41,16 +104,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(layers, backend=args.backend, device=device_arg(args.device),
                               db=db, target=args.target, settings=settings_from_args(args),
-                              on_progress=progress, exclude=args.exclude)
+                              on_progress=progress, exclude=args.exclude, judge=args.judge)
     finally:
         bar.close()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(table(report, args.worst))
-    (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-    written = [out / "report.json", *plots(report, out)]
-    print("\nwrote " + ", ".join(str(p) for p in written))
-    return 0 if report.layers else 1
+    return report
 
 
 def _bar(total: int, disabled: bool):  # type: ignore[no-untyped-def]

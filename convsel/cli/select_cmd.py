@@ -12,17 +12,39 @@ from .problem_args import add_problem_arguments, problem_from_args
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     parser.add_argument("--target", default="cpu", help="cpu, cpu-nofp16, G77, Mali-G78AE ...")
-    parser.add_argument("--policy", default="acl", help="acl (the rules) or measured")
+    parser.add_argument("--policy", default="acl",
+                        help="acl (the rules), measured (the tuning database) or predicted "
+                             "(the fitted model)")
+    parser.add_argument("--backend", default=None,
+                        help="measured/predicted: whose timings or model (default numpy)")
+    parser.add_argument("--device", default=None, help="measured/predicted: backend device")
+    parser.add_argument("--db", default=None, metavar="PATH", help="measured/predicted: "
+                        "tuning database (default: $CONVSEL_TUNING_DB or the user data dir)")
     parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
-    sel = choose(problem, args.target, rules=args.rules, policy=args.policy)
+    options = {k: v for k, v in (("backend", args.backend), ("device", _device(args.device)),
+                                 ("db", args.db)) if v is not None}
+    sel = choose(problem, args.target, rules=args.rules, policy=args.policy, **options)
     if args.json:
         print(json.dumps({"problem": problem.to_dict(), **sel.to_dict()}, indent=2))
     else:
         print(f"problem    {problem}")
         print(sel.explain())
+        ranking = (sel.measurement or {}).get("ranking") if sel.source == "model" else None
+        if ranking:
+            print("predicted (ms, likely range):")
+            for r in ranking:
+                print(f"  {r['label']:<18} " + (
+                    f"{r['predicted_ms']:10.4g}  [{r['low_ms']:.3g} .. {r['high_ms']:.3g}]"
+                    if r["predicted_ms"] is not None else "not predicted: the model never saw "
+                    "this algorithm timed"))
     return 0
+
+
+def _device(value: str | None) -> int | str | None:
+    # as tune's --device, without importing the tuner for a select
+    return int(value) if value is not None and value.isdigit() else value

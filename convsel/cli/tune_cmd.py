@@ -44,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser, required=False)
     parser.add_argument("--retune", action="store_true",
                         help="time layers the database already holds again")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="also time N generated shapes drawn from what real nets use "
+                             "(training data for `convsel fit`)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="seed of the --sample shapes (default 0; the same seed gives the "
+                             "same shapes)")
 
 
 def settings_from_args(args: argparse.Namespace) -> TimingSettings:
@@ -57,15 +63,34 @@ def settings_from_args(args: argparse.Namespace) -> TimingSettings:
 
 
 def layers_from_args(args: argparse.Namespace) -> list[Layer]:
-    """The layers named by --layers/--net, or the one problem given by flags."""
+    """The layers named by --layers/--net, or the one problem given by flags, then the
+    --sample shapes."""
+    sampled = _sampled(args)
+    if sampled and getattr(args, "h", None) is None and args.layers is None and not args.net:
+        return sampled
+    return distinct(_named_layers(args) + sampled)
+
+
+def _sampled(args: argparse.Namespace) -> list[Layer]:
+    count = getattr(args, "sample", 0) or 0
+    if count < 0:
+        raise ValueError(f"--sample {count}: must be >= 0")
+    if not count:
+        return []
+    from ..tuning.sample import sample_layers
+
+    return sample_layers(count, getattr(args, "seed", 0))
+
+
+def _named_layers(args: argparse.Namespace) -> list[Layer]:
     if getattr(args, "h", None) is not None:
         missing = [f"--{n}" for n in ("w", "c", "k", "kernel") if getattr(args, n) is None]
         if missing:
             raise ValueError(f"a problem given by flags also needs {', '.join(missing)}")
         return [Layer("cli", "problem", problem_from_args(args))]
     if args.layers is None and not args.net:
-        raise ValueError("say what to tune: --net NAME, --layers FILE, or problem flags "
-                         "(--h --w --c --k --kernel ...)")
+        raise ValueError("say what to tune: --net NAME, --layers FILE, --sample N, or "
+                         "problem flags (--h --w --c --k --kernel ...)")
     layers, messages = load_layers(args.layers, args.net)
     for message in messages:
         print(f"warning: {message}", file=sys.stderr)

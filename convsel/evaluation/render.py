@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..algorithms.registry import REGISTRY
-from .report import POLICIES, Report
+from .report import CV_POLICY, Report
 
 _ALGORITHM_COLOURS = {spec.id: spec.colour for spec in REGISTRY}
 # ACL's pick circles the algorithm's dot; the measured pick is a red triangle just above it,
@@ -15,8 +15,13 @@ _ALGORITHM_COLOURS = {spec.id: spec.colour for spec in REGISTRY}
 _PICK_STYLE: dict[str, dict[str, Any]] = {
     "acl": {"marker": "o", "s": 190, "facecolors": "none", "edgecolors": "black",
             "linewidths": 1.6},
-    "measured": {"marker": "v", "s": 60, "color": "red"}}
-_PICK_OFFSET = {"acl": 0.0, "measured": -0.36}
+    "measured": {"marker": "v", "s": 60, "color": "red"},
+    "predicted": {"marker": "^", "s": 60, "color": "tab:purple"},
+    CV_POLICY: {"marker": "x", "s": 70, "color": "black"}}
+_PICK_OFFSET = {"acl": 0.0, "measured": -0.36, "predicted": 0.36, CV_POLICY: -0.2}
+_BAR_COLOUR = {"acl": "tab:gray", "measured": "tab:red", "predicted": "tab:purple",
+               CV_POLICY: "black"}
+_FROM = {"tuning-db": "db", "model": "model", "rules": "rules"}
 
 
 def _short(text: str, width: int) -> str:
@@ -30,29 +35,39 @@ def _x(value: float | None, missing: str = "fail") -> str:
 def table(report: Report, worst: int = 5) -> str:
     """The per-layer table, the summary per net and overall, and ACL's costliest layers."""
     dev = report.device
+    stat = "fastest runs" if report.judge == "min" else "medians"
     lines = [(f"backend {report.backend} on {dev.get('name', '?')} ({dev.get('driver', '?')}), "
-              f"ACL target {report.target}; times are medians in ms, × is pick / fastest")]
+              f"ACL target {report.target}; times are {stat} in ms, × is pick / fastest")]
+    policies = report.policies
     for net in report.nets:
-        lines += ["", f"{net}",
-                  (f"  {'layer':<34} {'fastest':<14} {'ms':>8}   {'acl pick':<14} {'×':>6}   "
-                   f"{'measured pick':<14} {'×':>6} {'from':<5}")]
+        head = "".join(f"   {p + ' pick':<16} {'×':>6} {'from':<5}" for p in policies)
+        lines += ["", f"{net}", f"  {'layer':<34} {'fastest':<14} {'ms':>8}{head}"]
         for r in (r for r in report.layers if r.layer.net == net):
-            acl, mea = r.picks["acl"], r.picks["measured"]
-            source = "db" if mea.source == "tuning-db" else "rules"
+            cells = "".join(f"   {r.picks[p].label:<16} {_x(r.picks[p].regret)} "
+                            f"{_FROM.get(r.picks[p].source, r.picks[p].source):<5}"
+                            if p in r.picks else f"   {'-':<16} {'':>6} {'':<5}"
+                            for p in policies)
             lines.append(f"  {_short(r.layer.name, 34):<34} {r.oracle:<14} "
-                         f"{r.oracle_time * 1e3:8.3f}   {acl.label:<14} {_x(acl.regret)}   "
-                         f"{mea.label:<14} {_x(mea.regret)} {source:<5}")
+                         f"{r.oracle_time * 1e3:8.3f}{cells}")
     lines += ["", "geometric-mean regret (1.00 = always the fastest)",
-              (f"  {'set':<14} {'policy':<9} {'layers':>6} {'regret':>7} {'tuned':>6} "
-               f"{'regret(tuned)':>13} {'picks fastest':>14}")]
+              (f"  {'set':<26} {'policy':<13} {'layers':>6} {'regret':>7} {'worst':>7} "
+               f"{'tuned':>6} {'model':>6} {'picks fastest':>16}")]
     for name, summary in [*((n, report.summary(n)) for n in report.nets),
                           ("all", report.summary())]:
-        for policy in POLICIES:
+        for policy in policies:
             s = summary[policy]
-            lines.append(f"  {name:<14} {policy:<9} {s['layers']:>6} "
-                         f"{_x(s['geomean_regret'], '-'):>7} {s['tuned_layers']:>6} "
-                         f"{_x(s['geomean_regret_tuned'], '-'):>13} "
-                         f"{s['oracle_picks']:>7}/{s['layers']:<6}")
+            share = f"{s['fastest_share']:.0%}" if s["fastest_share"] is not None else "-"
+            lines.append(f"  {_short(name, 26):<26} {policy:<13} {s['layers']:>6} "
+                         f"{_x(s['geomean_regret'], '-'):>7} {_x(s['worst_regret'], '-'):>7} "
+                         f"{s['tuned_layers']:>6} {s['model_layers']:>6} "
+                         f"{s['oracle_picks']:>5}/{s['layers']:<4} {share:>5}")
+    if report.crossval:
+        lines += ["", f"leave-one-net-out ({CV_POLICY}): per net, the model fitted without it"]
+        for net, fold in report.crossval.items():
+            lines.append(f"  {net:<26} " + (fold["error"] if "error" in fold else
+                         f"model {fold['model_id']} ({fold['family']}) on "
+                         f"{fold['training_problems']} shapes, "
+                         f"{fold['excluded_training_entries']} of this net's left out"))
     costly = report.worst("acl", worst)
     if costly:
         lines += ["", "where ACL's choice costs most"]
@@ -72,6 +87,8 @@ def plots(report: Report, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [_layers_png(report, net, out / f"layers-{net}.png") for net in report.nets]
     paths.append(_regret_png(report, out / "regret.png"))
+    if any(CV_POLICY in r.picks for r in report.layers):
+        paths.append(_crossval_png(report, out / "crossval.png"))
     return paths
 
 
@@ -91,7 +108,7 @@ def _layers_png(report: Report, net: str, path: Path) -> Path:
             ax.scatter(t["median_s"] * 1e3, y, s=36, color=_ALGORITHM_COLOURS.get(alg, "grey"),
                        marker="D", label=None if alg in seen else alg, zorder=2)
             seen.add(alg)
-        for policy in POLICIES:
+        for policy in r.picks:
             pick = r.picks[policy]
             if pick.time_s is not None:
                 ax.scatter(pick.time_s * 1e3, y + _PICK_OFFSET[policy], zorder=3,
@@ -106,7 +123,8 @@ def _layers_png(report: Report, net: str, path: Path) -> Path:
     ax.set_xlabel("median time per run (ms, log scale)")
     ax.grid(axis="x", which="both", alpha=0.3)
     ax.set_title(f"{net}: median time of each algorithm per layer\n{report.backend} on "
-                 f"{report.device.get('name', '?')}; ○ ACL's pick, ▼ measured policy's pick",
+                 f"{report.device.get('name', '?')}; ○ ACL, ▼ measured, ▲ predicted, "
+                 f"x predicted (leave-one-net-out)",
                  fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: _legend_rank(labels[i]))
@@ -134,12 +152,13 @@ def _regret_png(report: Report, path: Path) -> Path:
     summaries = {n: report.summary(None if n == "all" else n) for n in sets}
     fig = Figure(figsize=(max(5.0, 1.8 * len(sets) + 2), 4.2), layout="constrained")
     ax = fig.add_subplot()
-    width = 0.8 / len(POLICIES)
-    for i, policy in enumerate(POLICIES):
+    policies = report.policies
+    width = 0.8 / max(len(policies), 1)
+    for i, policy in enumerate(policies):
         values = [summaries[n][policy]["geomean_regret"] or 0.0 for n in sets]
-        xs = [j + (i - (len(POLICIES) - 1) / 2) * width for j in range(len(sets))]
+        xs = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(sets))]
         bars = ax.bar(xs, values, width, label=f"{policy} policy",
-                      color="tab:gray" if policy == "acl" else "tab:red")
+                      color=_BAR_COLOUR.get(policy, "tab:blue"))
         ax.bar_label(bars, fmt="%.3f", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(sets)), sets)
@@ -147,5 +166,36 @@ def _regret_png(report: Report, path: Path) -> Path:
     ax.set_ylim(bottom=0.9)
     ax.set_title(f"How far each policy is from the fastest ({report.backend})")
     ax.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _crossval_png(report: Report, path: Path) -> Path:
+    """Per held-out net and overall: geometric-mean regret and share of layers where the pick
+    was the fastest, ACL's rules against the model fitted without that net."""
+    from matplotlib.figure import Figure
+
+    sets = [*report.nets, "all"]
+    policies = [p for p in ("acl", CV_POLICY) if p in report.policies]
+    summaries = {n: report.summary(None if n == "all" else n) for n in sets}
+    fig = Figure(figsize=(max(7.0, 0.9 * len(sets) + 3), 7.0), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    width = 0.8 / len(policies)
+    for i, policy in enumerate(policies):
+        xs = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(sets))]
+        label = "ACL's rules" if policy == "acl" else "predicted (model fitted without the net)"
+        regrets = [summaries[n][policy]["geomean_regret"] or 0.0 for n in sets]
+        shares = [100 * (summaries[n][policy]["fastest_share"] or 0.0) for n in sets]
+        top.bar(xs, regrets, width, label=label, color=_BAR_COLOUR[policy])
+        bars = bottom.bar(xs, shares, width, label=label, color=_BAR_COLOUR[policy])
+        bottom.bar_label(bars, fmt="%.0f", fontsize=7)
+    top.axhline(1.05, color="tab:red", linewidth=0.8, linestyle="--", label="1.05")
+    top.set_ylim(bottom=0.95)
+    top.set_ylabel("geometric-mean regret")
+    bottom.axhline(70, color="tab:red", linewidth=0.8, linestyle="--", label="70%")
+    bottom.set_ylabel("% of layers: pick is the fastest")
+    bottom.set_xticks(range(len(sets)), sets, rotation=40, ha="right", fontsize=8)
+    top.legend(fontsize=8)
+    top.set_title(f"Leave-one-net-out: {report.backend} on {report.device.get('name', '?')}")
     fig.savefig(path, dpi=110)
     return path

@@ -17,15 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..algorithms import label_of
-from ..errors import ConvselError
+from ..errors import ConvselError, InvalidProblemError
 from ..policies import choose
 from ..rules import Rules
 from ..selection import Selection, select
-from ..tuning.db import TuningDB
+from ..tuning.db import TuningDB, TuningEntry
 from ..tuning.layers import Layer
 from ..tuning.measure import Measurement, TimingSettings, measure, timed
 
-POLICIES = ("acl", "measured")
+POLICIES = ("acl", "measured", "predicted")
+# the leave-one-net-out cross-validation's column (see :mod:`.crossval`)
+CV_POLICY = "predicted-cv"
+ALL_POLICIES = (*POLICIES, CV_POLICY)
 
 
 @dataclass(frozen=True)
@@ -85,19 +88,30 @@ class Report:
     settings: TimingSettings
     layers: list[LayerResult] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
+    crossval: dict[str, Any] | None = None     # what the cross-validation trained, per net
+    judge: str = "median"       # which statistic of the fresh timings judges the picks
+
+    @property
+    def policies(self) -> list[str]:
+        """The policies with a pick on some layer, in :data:`ALL_POLICIES` order."""
+        present = {p for r in self.layers for p in r.picks}
+        return [p for p in ALL_POLICIES if p in present]
 
     def summary(self, net: str | None = None) -> dict[str, dict[str, Any]]:
         """Per policy: geometric-mean regret (over all layers and over tuned ones), how
         often it picked the oracle, and how many layers count."""
         rows = [r for r in self.layers if net is None or r.layer.net == net]
         out = {}
-        for policy in POLICIES:
+        for policy in self.policies:
             picks = [(r, r.picks[policy]) for r in rows if policy in r.picks]
             tuned = [p for _, p in picks if p.source == "tuning-db"]
             out[policy] = {
                 "layers": len(picks),
                 "geomean_regret": geomean(p.regret for _, p in picks),
                 "oracle_picks": sum(p.label == r.oracle for r, p in picks),
+                "fastest_share": (sum(p.label == r.oracle for r, p in picks) / len(picks)
+                                  if picks else None),
+                "model_layers": sum(p.source == "model" for _, p in picks),
                 "failed_picks": sum(p.regret is None for _, p in picks),
                 "tuned_layers": len(tuned),
                 "geomean_regret_tuned": geomean(p.regret for p in tuned),
@@ -115,13 +129,15 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "device": self.device, "target": self.target,
+                "judge": self.judge,
                 "settings": dataclasses.asdict(self.settings), "summary": self.summary(),
                 "per_net": {n: self.summary(n) for n in self.nets},
                 "worst_acl": [{"layer": r.layer.label, "regret": r.picks["acl"].regret,
                                "acl": r.picks["acl"].label, "oracle": r.oracle,
                                "rule": r.picks["acl"].rule, "reason": r.picks["acl"].reason}
                               for r in self.worst("acl")],
-                "layers": [r.to_dict() for r in self.layers], "left_out": self.left_out}
+                "layers": [r.to_dict() for r in self.layers], "left_out": self.left_out,
+                "crossval": self.crossval}
 
 
 def geomean(values: Iterable[float | None]) -> float | None:
@@ -134,7 +150,8 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
                  db: TuningDB | None = None, target: str = "cpu", rules: Rules | None = None,
                  settings: TimingSettings | None = None,
                  on_progress: Callable[[Layer, str], None] | None = None,
-                 exclude: Collection[str] = ()) -> Report:
+                 exclude: Collection[str] = (),
+                 policies: Collection[str] = POLICIES, judge: str = "median") -> Report:
     """Time ``layers`` on ``backend`` and judge each policy's pick against the fastest.
 
     Parameters
@@ -152,6 +169,11 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
         Called with (layer, candidate label) before each candidate is timed.
     exclude : collection of str
         Algorithms not to time (as :func:`convsel.tuning.measure.measure`).
+    policies : collection of str
+        Which of :data:`POLICIES` to ask.
+    judge : str
+        "median" (default) or "min": which statistic of each candidate's timing judges the
+        picks (see :func:`judged`).
 
     Returns
     -------
@@ -171,15 +193,16 @@ def build_report(layers: list[Layer], *, backend: str = "numpy", device: Any = N
         except ConvselError as exc:
             left_out.append(f"{layer.label}: {exc}")
             continue
+        m = judged(m, judge)
         if m.fastest is None:
             left_out.append(f"{layer.label}: no candidate ran ({m.errors or dict(m.skipped)})")
             continue
         picks = {p: _pick(_select(layer, p, target, rules, backend, device, db), m)
-                 for p in POLICIES}
+                 for p in POLICIES if p in policies}
         results.append(LayerResult(layer, m, picks))
         if report is None:
-            report = Report(backend, dict(m.device), target, settings)
-    report = report or Report(backend, {}, target, settings)
+            report = Report(backend, dict(m.device), target, settings, judge=judge)
+    report = report or Report(backend, {}, target, settings, judge=judge)
     report.layers, report.left_out = results, left_out
     return report
 
@@ -188,8 +211,63 @@ def _select(layer: Layer, policy: str, target: str, rules: Rules | None, backend
             device: Any, db: TuningDB | None) -> Selection:
     if policy == "acl":
         return select(layer.problem, target, rules=rules)
-    return choose(layer.problem, target, rules=rules, policy="measured", backend=backend,
+    return choose(layer.problem, target, rules=rules, policy=policy, backend=backend,
                   device=device, db=db)
+
+
+def report_from_db(layers: list[Layer], fresh: TuningDB, *, backend: str,
+                   device: dict[str, str], target: str = "cpu", rules: Rules | None = None,
+                   judge: str = "median") -> Report:
+    """A report judged on timings already in ``fresh`` (measured on ``device``, possibly on
+    another machine, *after* and apart from the training data) instead of timing now. Only
+    the acl policy is asked here; :func:`convsel.evaluation.crossval.leave_one_net_out` adds
+    the model's picks."""
+    results, left_out = [], []
+    for layer in layers:
+        entry = fresh.lookup(layer.problem, backend, device)
+        if entry is None:
+            left_out.append(f"{layer.label}: no fresh timing in {fresh.path}")
+            continue
+        m = judged(measurement_of(entry), judge)
+        if m.fastest is None:
+            left_out.append(f"{layer.label}: no candidate ran")
+            continue
+        results.append(LayerResult(layer, m, {"acl": _pick(
+            select(layer.problem, target, rules=rules), m)}))
+    report = Report(backend, dict(device), target, TimingSettings(), judge=judge)
+    report.layers, report.left_out = results, left_out
+    return report
+
+
+JUDGES = ("median", "min")
+
+
+def judged(m: Measurement, judge: str) -> Measurement:
+    """``m`` with each candidate's time taken as its ``judge`` statistic: "median", or "min"
+    (the fastest run: other processes' load only adds time, so on a shared machine it repeats
+    far better from one run to the next). The report reads ``median_s``; for "min" that key
+    holds the fastest run and ``median_measured_s`` the median."""
+    if judge not in JUDGES:
+        raise InvalidProblemError("judge", judge, f"one of {', '.join(JUDGES)}")
+    if judge == "median":
+        return m
+    timings = {k: ({**v, "median_measured_s": v["median_s"], "median_s": v["min_s"]}
+                   if v.get("min_s") is not None and "median_s" in v else dict(v))
+               for k, v in m.timings.items()}
+    return dataclasses.replace(m, timings=timings)
+
+
+def measurement_of(entry: TuningEntry) -> Measurement:
+    """A database entry as the Measurement it was recorded from."""
+    timings = {k: v for k, v in entry.timings.items() if "skipped" not in v}
+    skipped = {k: str(v["skipped"]) for k, v in entry.timings.items() if "skipped" in v}
+    return Measurement(entry.problem, entry.backend, dict(entry.device), timings, skipped,
+                       entry.winner, tuple(entry.tie))
+
+
+def pick_of(sel: Selection, m: Measurement) -> Pick:
+    """What ``sel`` costs in the timings of ``m``."""
+    return _pick(sel, m)
 
 
 def _pick(sel: Selection, m: Measurement) -> Pick:

@@ -32,15 +32,23 @@ def _measured(**options: Any) -> Policy:
     return MeasuredPolicy(**options)
 
 
+def _predicted(**options: Any) -> Policy:
+    from .predicted import PredictedPolicy  # the model's learner is imported only when used
+
+    return PredictedPolicy(**options)
+
+
 # name -> factory taking the policy's options; the one list of policies
 POLICIES: dict[str, Callable[..., Policy]] = {
     "acl": lambda: AclPolicy(),
     "measured": _measured,
+    "predicted": _predicted,
 }
 # the options each policy takes (the service and CLI pass only these)
 POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
     "acl": (),
     "measured": ("backend", "device", "db", "tune"),
+    "predicted": ("backend", "device", "db"),
 }
 
 
@@ -61,7 +69,7 @@ def choose(problem: ConvProblem, target: str | Target = "cpu", *, policy: str | 
            rules: Rules | str | None = None, **options: Any) -> Selection:
     """What ``policy`` runs for ``problem`` on ``target``, as a :class:`Selection` with its
     reasons. ``options`` go to the policy (``backend``, ``device``, ``db``, ``tune`` for
-    "measured")."""
+    "measured"; ``backend``, ``device``, ``db`` for "predicted")."""
     if not isinstance(problem, ConvProblem):
         raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
     loaded = as_rules(rules)

@@ -1,4 +1,5 @@
-"""The "measured" policy: answer from the tuning database, else from ACL's rules.
+"""The "measured" policy: answer from the tuning database, else from the device's fitted
+model (:mod:`convsel.policies.predicted`), else from ACL's rules.
 
 It never times anything unless asked (``tune=True``): an unseen problem gets the rules'
 answer at once, with a trace step that says no entry was found. A database that cannot be
@@ -94,11 +95,27 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
         if entry is None:
             return _rules_answer(acl_selection, "measured.tune-failed", note)
     if entry is None:
-        return _rules_answer(acl_selection, "measured.no-entry",
-                             f"the tuning database ({database.path}) holds no entry for this "
-                             f"problem on {where}; answered from ACL's rules (run `convsel "
-                             f"tune` or select with tune=True to measure it)")
+        return _from_model(problem, target, rules, acl_selection, backend, device, database,
+                           f"the tuning database ({database.path}) holds no entry for this "
+                           f"problem on {where}")
     return _from_entry(entry, acl_selection, target, str(database.path))
+
+
+def _from_model(problem: Any, target: Target, rules: Rules, acl: Selection, backend: str,
+                device: Any, database: TuningDB, no_entry: str) -> Selection:
+    """No exact measurement: the device's fitted model answers if there is one, else the
+    rules; the trace says which."""
+    from .predicted import select_predicted
+
+    sel = select_predicted(problem, target, rules, acl, backend=backend, device=device,
+                           db=database, policy="measured")
+    if sel.source == "model":
+        note = TraceStep("measured.no-entry", False, f"{no_entry}; answered from the fitted "
+                         "model (next step)")
+        return dataclasses.replace(sel, trace=(*sel.trace[:-1], note, sel.trace[-1]))
+    return dataclasses.replace(sel, trace=(*sel.trace[:-1], TraceStep(
+        "measured.no-entry", False, f"{no_entry}, and {sel.trace[-1].reason} (run `convsel "
+        f"tune` or select with tune=True to measure it)")))
 
 
 def _identity(backend: str, device: Any) -> dict[str, str]:

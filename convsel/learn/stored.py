@@ -1,0 +1,143 @@
+"""A model read back from the tuning database, ready to rank the candidates of a problem.
+
+The key is the database's model key (backend, vendor, device, driver); the database returns
+only a model saved by this convsel and these implementations, and :func:`decode` refuses one
+whose feature list is not this code's, so a model is never applied where it was not made.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
+from .models import FAMILIES, Model, ModelError
+
+
+def model_key(backend: str, ident: Mapping[str, str]) -> dict[str, str]:
+    """The database's model key of ``backend`` on the device ``ident`` (vendor, name, driver)."""
+    return {"backend": backend, "vendor": str(ident["vendor"]), "device": str(ident["name"]),
+            "driver": str(ident["driver"])}
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One candidate's predicted time: ``factor`` is the model's typical error for that
+    algorithm (held-out, ×/÷), so the time is likely within [ms / factor, ms * factor]."""
+
+    label: str
+    algorithm: str
+    params: Mapping[str, Any]
+    predicted_s: float
+    factor: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "algorithm": self.algorithm,
+                "params": {k: list(v) if isinstance(v, tuple) else v
+                           for k, v in self.params.items()},
+                "predicted_ms": _round(self.predicted_s * 1e3),
+                "uncertainty_factor": round(self.factor, 3),
+                "low_ms": _round(self.predicted_s / self.factor * 1e3),
+                "high_ms": _round(self.predicted_s * self.factor * 1e3)}
+
+
+def _round(v: float) -> float | None:
+    return float(f"{v:.4g}") if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    family: str
+    model: Model
+    meta: Mapping[str, Any]
+    created: float
+
+    @property
+    def id(self) -> str:
+        return str(self.meta.get("id", "?"))
+
+    @property
+    def training_problems(self) -> int:
+        return int(self.meta.get("training_problems", 0))
+
+    def identity(self) -> dict[str, Any]:
+        """Who the model is: id, family, training size, device, versions, held-out figures."""
+        held = dict(self.meta.get("held_out") or {}).get(self.family, {})
+        return {"id": self.id, "family": self.family,
+                "training_problems": self.training_problems,
+                "training_rows": self.meta.get("training_rows"),
+                "device": dict(self.meta.get("device") or {}), "created": self.created,
+                "convsel_version": self.meta.get("convsel_version"),
+                "implementations_version": self.meta.get("implementations_version"),
+                "held_out_geomean_regret": held.get("geomean_regret"),
+                "held_out_fastest_share": held.get("fastest_share")}
+
+    def rank(self, problem: Any, variants: Sequence[tuple[str, str, Mapping[str, Any]]],
+             ) -> list[Ranked]:
+        """``variants`` as (label, algorithm, params), fastest predicted first; ties in
+        prediction fall to the label's order, so the answer is deterministic."""
+        if not variants:
+            return []
+        rows = [candidate_features(problem, alg, params) for _, alg, params in variants]
+        x = np.array([[r[n] for n in FEATURE_NAMES] for r in rows], dtype=float)
+        pred = self.model.predict(x, [label for label, _, _ in variants])
+        seen = self.meta.get("algorithms")
+        if seen is not None:
+            # trees answer for an algorithm they never saw timed: that answer means nothing
+            pred = np.where([alg in seen for _, alg, _ in variants], pred, math.inf)
+        sigma = dict(self.meta.get("sigma") or {})
+        out = [Ranked(label, alg, dict(params), math.exp(p) if math.isfinite(p) else math.inf,
+                      math.exp(float(sigma.get(alg, 1.0))))
+               for (label, alg, params), p in zip(variants, pred, strict=True)]
+        return sorted(out, key=lambda r: (r.predicted_s, r.label))
+
+
+_cache: dict[tuple[str, float], StoredModel] = {}
+_lock = threading.Lock()
+
+
+def decode(record: Mapping[str, Any]) -> StoredModel:
+    """The usable model of a database record (``load_model``'s answer).
+
+    Raises
+    ------
+    ModelError
+        Unknown family, another feature set, or a body the family cannot read (corrupt).
+    """
+    family, meta = record.get("family"), record.get("meta")
+    if family not in FAMILIES:
+        raise ModelError(f"stored model has unknown family {family!r}; known: "
+                         f"{', '.join(FAMILIES)}")
+    if not isinstance(meta, dict) or not isinstance(record.get("model"), dict):
+        raise ModelError("stored model: 'model' and 'meta' must be JSON objects")
+    if meta.get("features_version") != FEATURES_VERSION:
+        raise ModelError(f"stored model has features version {meta.get('features_version')!r}, "
+                         f"this convsel computes version {FEATURES_VERSION!r}; run `convsel fit` "
+                         "again")
+    theirs = list(meta.get("features") or [])
+    if theirs != list(FEATURE_NAMES):
+        extra = sorted(set(theirs) - set(FEATURE_NAMES))
+        missing = sorted(set(FEATURE_NAMES) - set(theirs))
+        raise ModelError("stored model was fitted on other features (the algorithm registry "
+                         f"changed? it has {extra or 'no others'}, lacks {missing or 'none'}"
+                         f"{'' if extra or missing else ', in another order'}); run `convsel "
+                         "fit` again")
+    from .fit import model_id
+
+    if model_id(str(family), record["model"]) != meta.get("id"):
+        raise ModelError(f"stored model's body does not match its id {meta.get('id')!r} "
+                         "(changed or truncated since it was fitted); run `convsel fit` again")
+    key = (str(meta.get("id")), float(record.get("created") or 0.0))
+    with _lock:
+        if key in _cache:
+            return _cache[key]
+    stored = StoredModel(str(family), FAMILIES[str(family)].load(record["model"]), meta,
+                         float(record.get("created") or 0.0))
+    with _lock:
+        _cache[key] = stored
+    return stored

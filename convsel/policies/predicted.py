@@ -1,0 +1,145 @@
+"""The "predicted" policy: rank every valid algorithm and variant with a cost model fitted on
+this device's own timings (``convsel fit``), and run the predicted fastest.
+
+No model for this backend and device (or one made by another convsel or implementation
+version, which the database never returns), a model that cannot be read, or a problem of a
+dtype the model never saw: the answer is ACL's rules', and the trace says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .. import backends
+from ..algorithms import label_of, method_for
+from ..errors import ConvselError, InvalidProblemError, TuningDatabaseError
+from ..learn.models import ModelError
+from ..learn.stored import Ranked, StoredModel, decode, model_key
+from ..problem import ConvProblem
+from ..rules import Rules
+from ..selection import Selection, select
+from ..targets import Target
+from ..tuning.db import TuningDB, open_db
+from ..tuning.measure import candidates
+from ..verdict import TraceStep
+
+
+@dataclass(frozen=True)
+class PredictedPolicy:
+    """Answer from the cost model of ``backend``/``device`` in ``db``, else ACL's rules.
+
+    ``model`` uses that model instead of the database's (cross-validation, tests).
+    """
+
+    backend: str = "numpy"
+    device: Any = None
+    db: TuningDB | str | os.PathLike[str] | None = None
+    model: StoredModel | None = None
+    name: str = "predicted"
+
+    def __post_init__(self) -> None:
+        if self.backend not in backends.BACKENDS:
+            raise InvalidProblemError("backend", self.backend,
+                                      f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+
+    def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
+        acl = select(problem, target, rules=rules)
+        return select_predicted(problem, target, rules, acl, backend=self.backend,
+                                device=self.device, db=self.db, model=self.model)
+
+
+def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None, str]:
+    """The model for ``backend``/``device`` in ``db``, or None with why not."""
+    from .measured import _identity  # one cached device identity for both policies
+
+    try:
+        ident = _identity(backend, device)
+        database = open_db(db)
+        record = database.load_model(model_key(backend, ident))
+    except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
+        return None, f"tuning database unavailable ({exc})"
+    where = f"{backend} on {ident['name']} ({ident['driver']})"
+    if record is None:
+        return None, (f"no model for {where} in {database.path} (fitted by this convsel and "
+                      f"these implementations); run `convsel tune --sample 200` then "
+                      f"`convsel fit`")
+    try:
+        return decode(record), ""
+    except ModelError as exc:
+        return None, f"the model for {where} cannot be used: {exc}"
+
+
+def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Selection, *,
+                     backend: str = "numpy", device: Any = None, db: Any = None,
+                     model: StoredModel | None = None, policy: str = "predicted") -> Selection:
+    """The model's answer for ``problem``, or ACL's (``acl``) with the reason in the trace.
+
+    ``source`` is "model" with ``measurement`` holding the model's identity and the ranking,
+    or "rules" when no usable model answers.
+    """
+    why = ""
+    if model is None:
+        model, why = load_stored(backend, device, db)
+    if model is None:
+        return rules_answer(acl, policy, "predicted.no-model", f"{why}; answered from ACL's "
+                            "rules")
+    dtypes = list(model.meta.get("dtypes") or [])
+    if dtypes and problem.dtype not in dtypes:
+        return rules_answer(acl, policy, "predicted.other-dtype",
+                            f"model {model.id} was fitted on {', '.join(dtypes)} timings, not "
+                            f"{problem.dtype}; answered from ACL's rules")
+    found, _ = candidates(problem, backend, rules)
+    try:
+        ranking = model.rank(problem, [(c.label, c.algorithm, c.params) for c in found])
+    except (ModelError, ValueError, ArithmeticError) as exc:
+        return rules_answer(acl, policy, "predicted.model-failed",
+                            f"model {model.id} could not rank the candidates ({exc}); "
+                            "answered from ACL's rules")
+    if not ranking or ranking[0].predicted_s == float("inf"):
+        return rules_answer(acl, policy, "predicted.no-prediction",
+                            f"model {model.id} predicts no candidate of this problem (its "
+                            "training saw none of their algorithms); answered from ACL's rules")
+    return _from_ranking(ranking, model, acl, target, policy)
+
+
+def rules_answer(acl: Selection, policy: str, step_id: str, reason: str) -> Selection:
+    # fired=False: the ACL rule that decided stays the answer's rule and reason.
+    return dataclasses.replace(acl, policy=policy, source="rules",
+                               trace=(*acl.trace, TraceStep(step_id, False, reason)))
+
+
+def _from_ranking(ranking: list[Ranked], model: StoredModel, acl: Selection, target: Target,
+                  policy: str) -> Selection:
+    win = ranking[0]
+    step = TraceStep("predicted.model", True, _why(ranking, model, acl))
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in win.params.items()}
+    return dataclasses.replace(
+        acl, method=method_for(win.algorithm, target.is_gpu), algorithm=win.algorithm,
+        params=params, rule="predicted.model", policy=policy, source="model", fallback=None,
+        trace=(*acl.trace, step),
+        measurement={"chosen": win.label, "model": model.identity(),
+                     "ranking": [r.to_dict() for r in ranking]})
+
+
+def _why(ranking: list[Ranked], model: StoredModel, acl: Selection) -> str:
+    win = ranking[0]
+    ident = model.identity()
+    device = ident["device"].get("name", "?")
+    text = (f"model {model.id} ({model.family}, fitted on {model.training_problems} shapes "
+            f"timed on {device}) predicts {win.label} fastest: {win.predicted_s * 1e3:.3g} ms "
+            f"(×/÷ {win.factor:.2f})")
+    if len(ranking) > 1:
+        second = ranking[1]
+        ratio = second.predicted_s / win.predicted_s
+        sure = ("beyond" if ratio > max(win.factor, second.factor) else "within")
+        text += (f"; runner-up {second.label} {second.predicted_s * 1e3:.3g} ms, {ratio:.2f}× "
+                 f"slower, {sure} the model's typical error")
+    acl_label = label_of(acl.algorithm, acl.params)
+    theirs = next((r for r in ranking if r.label == acl_label), None)
+    if acl_label != win.label:
+        text += (f"; ACL's rules would run {acl_label}"
+                 + (f" (predicted {theirs.predicted_s * 1e3:.3g} ms)" if theirs else ""))
+    return text

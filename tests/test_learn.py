@@ -1,0 +1,304 @@
+"""Learned cost models and the predicted policy, on synthetic timings whose answer is known.
+
+The timings follow a rule no shipped heuristic knows: Winograd is fast when the layer has
+many input channels and three times slower than im2col + GEMM when it has few. A model fitted
+on some shapes must pick Winograd for unseen wide shapes and im2col + GEMM for narrow ones.
+That rule is not linear in work, so the roofline family cannot express it (the comparison by
+held-out regret must then keep the trees); a second rule it can express (Winograd pays a large
+fixed cost: slow on small layers only) is learned by the roofline family.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from convsel import ConvProblem, choose
+from convsel.cli import main
+from convsel.learn import stored as stored_mod
+from convsel.learn.fit import dataset, fit
+from convsel.learn.stored import decode, model_key
+from convsel.policies import measured as measured_mod
+from convsel.tuning import db as db_mod
+from convsel.tuning.db import TuningDB, TuningEntry
+from convsel.tuning.measure import candidates, decide, device_identity
+from convsel.tuning.sample import sample_problems
+
+WIDE = 64           # from this many input channels on, Winograd is the fast one
+
+
+def synthetic_seconds(p: ConvProblem, algorithm: str) -> float:
+    base = p.flops / 2e10 + 2e-5
+    factor = {"direct": 4.0, "fft": 6.0, "indirect_gemm": 1.5, "im2col_gemm": 1.0,
+              "gemm_1x1": 0.9, "winograd": 0.4 if p.c >= WIDE else 3.0}[algorithm]
+    return base * factor
+
+
+def overhead_seconds(p: ConvProblem, algorithm: str) -> float:
+    """Winograd: a third of the arithmetic time but 1 ms fixed; the rest as above."""
+    if algorithm == "winograd":
+        return 0.3 * p.flops / 2e10 + 1e-3
+    return synthetic_seconds(p, algorithm)
+
+
+def entry_for(p: ConvProblem, ident: dict[str, str], cost=synthetic_seconds) -> TuningEntry:
+    found, _ = candidates(p, "numpy")
+    timings: dict[str, dict[str, Any]] = {}
+    for cand in found:
+        s = cost(p, cand.algorithm)
+        timings[cand.label] = {"algorithm": cand.algorithm,
+                               "params": {k: list(v) for k, v in cand.params.items()},
+                               "median_s": s, "iqr_s": 0.01 * s, "runs": 8}
+    winner, tie = decide(timings)
+    return TuningEntry(problem=p, backend="numpy", device=ident, winner=winner, tie=tie,
+                       timings=timings)
+
+
+def training_problems() -> list[ConvProblem]:
+    return [ConvProblem(1, h, h, c, k, 3, 3, pad=1)
+            for h in (8, 14, 28) for c in (8, 16, 32, 48, 64, 96, 128, 256)
+            for k in (16, 64, 128)]
+
+
+UNSEEN_WIDE = ConvProblem(1, 20, 20, 192, 96, 3, 3, pad=1)
+UNSEEN_NARROW = ConvProblem(1, 20, 20, 24, 96, 3, 3, pad=1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    yield
+    measured_mod._cached_identity.cache_clear()
+    stored_mod._cache.clear()
+
+
+@pytest.fixture
+def ident() -> dict[str, str]:
+    return device_identity("numpy")
+
+
+@pytest.fixture
+def db(tmp_path, ident) -> TuningDB:
+    database = TuningDB(tmp_path / "tuning.sqlite")
+    database.record_many([entry_for(p, ident) for p in training_problems()])
+    return database
+
+
+def fit_and_save(database: TuningDB, ident: dict[str, str], families=None) -> dict[str, Any]:
+    result = fit(database.entries(backend="numpy", device=ident), families=families,
+                 device=ident)
+    database.save_model(model_key("numpy", ident), result.family, result.model.to_data(),
+                        result.meta)
+    return result.meta
+
+
+def test_a_slow_kind_of_shape_is_learned(db, ident):
+    pytest.importorskip("lightgbm")
+    meta = fit_and_save(db, ident)
+    assert meta["family"] == "gbt"
+    assert meta["held_out"]["gbt"]["geomean_regret"] < 1.05
+    assert meta["held_out"]["roofline"]["geomean_regret"] > 1.2   # it cannot express this
+    wide = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
+    narrow = choose(UNSEEN_NARROW, policy="predicted", backend="numpy", db=db)
+    assert (wide.source, wide.algorithm) == ("model", "winograd")
+    assert (narrow.source, narrow.algorithm) == ("model", "im2col_gemm")
+    assert narrow.rule == "predicted.model" and "predicts im2col_gemm fastest" in narrow.reason
+
+
+def test_a_fixed_cost_is_learned_by_the_roofline(tmp_path, ident):
+    database = TuningDB(tmp_path / "overhead.sqlite")
+    database.record_many([entry_for(p, ident, overhead_seconds) for p in training_problems()])
+    meta = fit_and_save(database, ident, ["roofline"])
+    assert meta["held_out"]["roofline"]["geomean_regret"] < 1.05
+    big = ConvProblem(1, 40, 40, 256, 256, 3, 3, pad=1)       # 1.9 GFLOP: Winograd wins
+    small = ConvProblem(1, 10, 10, 24, 24, 3, 3, pad=1)       # 1 ms overhead dominates
+    assert choose(big, policy="predicted", db=database).algorithm == "winograd"
+    assert choose(small, policy="predicted", db=database).algorithm == "im2col_gemm"
+
+
+def test_the_answer_ranks_every_candidate_and_names_the_model(db, ident):
+    meta = fit_and_save(db, ident)
+    sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
+    found, _ = candidates(UNSEEN_WIDE, "numpy")
+    ranking = sel.measurement["ranking"]
+    assert {r["label"] for r in ranking} == {c.label for c in found}
+    times = [r["predicted_ms"] for r in ranking if r["predicted_ms"] is not None]
+    assert times == sorted(times) and all(r["uncertainty_factor"] >= 1.0 for r in ranking)
+    model = sel.measurement["model"]
+    assert (model["id"], model["family"]) == (meta["id"], meta["family"])
+    assert model["training_problems"] == len(training_problems())
+    assert model["device"]["name"] == ident["name"]
+    # the answer is JSON-ready as the service sends it
+    json.dumps(sel.to_dict())
+
+
+def test_model_round_trip_through_the_database(db, ident):
+    meta = fit_and_save(db, ident)
+    record = db.load_model(model_key("numpy", ident))
+    assert record["family"] == meta["family"] and record["meta"]["id"] == meta["id"]
+    model = decode(record)
+    variants = [(c.label, c.algorithm, c.params) for c in candidates(UNSEEN_WIDE, "numpy")[0]]
+    data = dataset(db.entries())
+    refit = fit(db.entries(), families=[meta["family"]])
+    np.testing.assert_allclose(model.model.predict(data.x, data.variants),
+                               refit.model.predict(data.x, data.variants), rtol=1e-9)
+    assert model.rank(UNSEEN_WIDE, variants)[0].label.startswith("winograd")
+
+
+def test_the_policy_is_deterministic_for_a_given_model(db, ident):
+    fit_and_save(db, ident)
+    first = choose(UNSEEN_NARROW, policy="predicted", backend="numpy", db=db).to_dict()
+    stored_mod._cache.clear()     # decoded again from the stored text
+    again = choose(UNSEEN_NARROW, policy="predicted", backend="numpy", db=db).to_dict()
+    assert first == again
+
+
+def test_a_model_of_another_device_is_not_used(db, ident):
+    meta = fit_and_save(db, ident)
+    other = {**ident, "name": "another CPU"}
+    db.save_model(model_key("numpy", other), meta["family"],
+                  db.load_model(model_key("numpy", ident))["model"], meta)
+    with db._store.transaction() as tx:   # leave only the other device's model
+        tx.execute("DELETE FROM models WHERE device=?", (ident["name"],))
+    sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
+    assert sel.source == "rules" and sel.trace[-1].id == "predicted.no-model"
+    assert "no model for numpy" in sel.trace[-1].reason
+    assert sel.algorithm == choose(UNSEEN_WIDE).algorithm
+
+
+def test_a_model_of_another_version_is_not_used(db, ident, monkeypatch):
+    monkeypatch.setattr(db_mod, "__version__", "0.0.0-older")
+    fit_and_save(db, ident)
+    monkeypatch.undo()
+    assert db.load_model(model_key("numpy", ident)) is None
+    sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
+    assert (sel.source, sel.trace[-1].id) == ("rules", "predicted.no-model")
+
+
+@pytest.mark.parametrize("damage", ["body", "text"])
+def test_a_corrupt_model_is_reported_and_the_rules_answer(db, ident, damage):
+    pytest.importorskip("lightgbm")
+    meta = fit_and_save(db, ident, ["gbt"])
+    model = db.load_model(model_key("numpy", ident))["model"]
+    if damage == "body":   # a changed body no longer matches its id
+        model = {"lightgbm_text": model["lightgbm_text"].replace("tree", "tre", 1)}
+    else:                  # consistent id, unreadable text
+        model = {"lightgbm_text": "tree\ngarbage"}
+        from convsel.learn.fit import model_id
+        meta = {**meta, "id": model_id("gbt", model)}
+    db.save_model(model_key("numpy", ident), "gbt", model, meta)
+    sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
+    assert sel.source == "rules" and sel.trace[-1].id == "predicted.no-model"
+    assert "cannot be used" in sel.trace[-1].reason
+    assert sel.algorithm == choose(UNSEEN_WIDE).algorithm
+
+
+def test_no_model_says_so_and_the_rules_answer(tmp_path):
+    sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy",
+                 db=TuningDB(tmp_path / "empty.sqlite"))
+    acl = choose(UNSEEN_WIDE)
+    assert (sel.policy, sel.source, sel.algorithm) == ("predicted", "rules", acl.algorithm)
+    assert "convsel fit" in sel.trace[-1].reason
+
+
+def test_measured_answers_from_entry_then_model_then_rules(tmp_path, db, ident):
+    seen = training_problems()[0]
+    assert choose(seen, policy="measured", db=db).source == "tuning-db"
+    no_model = choose(UNSEEN_WIDE, policy="measured", db=db)
+    assert no_model.source == "rules" and no_model.trace[-1].id == "measured.no-entry"
+    assert "no model" in no_model.trace[-1].reason
+    fit_and_save(db, ident)
+    by_model = choose(UNSEEN_WIDE, policy="measured", db=db)
+    assert (by_model.policy, by_model.source, by_model.algorithm) == (
+        "measured", "model", "winograd")
+    assert [s.id for s in by_model.trace[-2:]] == ["measured.no-entry", "predicted.model"]
+
+
+def test_fit_needs_enough_shapes(tmp_path, ident):
+    from convsel.errors import InvalidProblemError
+
+    few = [entry_for(p, ident) for p in training_problems()[:3]]
+    with pytest.raises(InvalidProblemError, match="convsel tune --sample"):
+        fit(few)
+
+
+def test_fit_and_select_from_the_command_line(db, capsys):
+    assert main(["fit", "--db", str(db.path), "--family", "roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out regret" in out and "stored model" in out
+    assert main(["select", "--policy", "predicted", "--db", str(db.path), "--h", "20",
+                 "--w", "20", "--c", "192", "--k", "96", "--kernel", "3", "--pad", "1",
+                 "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert (answer["source"], answer["algorithm"]) == ("model", "winograd")
+
+
+def test_sampled_shapes_are_valid_distinct_bounded_and_seeded():
+    a = sample_problems(60, seed=3, max_flops=5e8)
+    assert a == sample_problems(60, seed=3, max_flops=5e8)
+    assert a != sample_problems(60, seed=4, max_flops=5e8)
+    assert len(set(a)) == 60 and all(p.flops <= 5e8 for p in a)
+    kinds = {(p.kh, p.kw) for p in a}
+    assert {(1, 1), (3, 3)} <= kinds
+    assert any(p.groups > 1 for p in a) and any(p.stride != (1, 1) for p in a)
+
+
+def test_prepare_runs_the_predicted_pick_correctly(db, ident):
+    import convsel
+    from convsel.reference import conv2d_reference
+
+    fit_and_save(db, ident, ["roofline"])
+    p = ConvProblem(1, 12, 12, 96, 16, 3, 3, pad=1)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    w = rng.standard_normal(p.weights_shape).astype(np.float32)
+    op = convsel.prepare(p, w, policy="predicted", db=db)
+    assert op.selection.source == "model" and op.algorithm == op.selection.algorithm
+    from tolerances import tolerance
+
+    ref = conv2d_reference(p, x, w, None)
+    scale = conv2d_reference(p, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                             None).max()
+    assert np.abs(op.run(x) - ref).max() / scale <= tolerance(op.algorithm, "F32")
+
+
+def test_the_database_keeps_every_candidates_timing_and_variant(tmp_path):
+    from convsel.tuning.measure import TimingSettings, measure
+
+    p = ConvProblem(1, 6, 6, 4, 4, 3, 3, pad=1)
+    m = measure(p, "numpy", settings=TimingSettings(warmup=0, min_runs=2, min_time=0.0))
+    database = TuningDB(tmp_path / "t.sqlite")
+    database.record(m.entry())
+    stored = database.lookup(p, "numpy", m.device)
+    found, _ = candidates(p, "numpy")
+    assert {c.label for c in found} <= set(stored.timings)
+    for cand in found:
+        t = stored.timings[cand.label]
+        assert {"algorithm", "params", "median_s", "iqr_s", "runs", "min_s"} <= set(t)
+        assert t["params"] == {k: list(v) for k, v in cand.params.items()}
+    assert len(dataset([stored]).y) == len(found)
+
+
+def test_tune_sample_adds_generated_layers_to_named_ones():
+    import argparse
+
+    from convsel.cli.tune_cmd import layers_from_args
+
+    args = argparse.Namespace(h=None, layers=None, net=["alexnet"], sample=5, seed=2)
+    layers = layers_from_args(args)
+    assert [x.net for x in layers].count("sample-2") == 5
+    assert {x.problem for x in layers if x.net == "sample-2"} == set(sample_problems(5, 2))
+    only = layers_from_args(argparse.Namespace(h=None, layers=None, net=None, sample=3, seed=0))
+    assert [x.net for x in only] == ["sample-0"] * 3
+
+
+def test_a_model_of_another_feature_set_is_not_used(db, ident):
+    meta = fit_and_save(db, ident, ["roofline"])
+    record = db.load_model(model_key("numpy", ident))
+    older = {**meta, "features": meta["features"][:-1]}   # as before an algorithm was added
+    db.save_model(model_key("numpy", ident), "roofline", record["model"], older)
+    sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
+    assert (sel.source, sel.trace[-1].id) == ("rules", "predicted.no-model")
+    assert "other features" in sel.trace[-1].reason and "convsel fit" in sel.trace[-1].reason

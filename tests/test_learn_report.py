@@ -1,0 +1,91 @@
+"""Leave-one-net-out cross-validation in `convsel report`, on synthetic timings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_learn import entry_for, synthetic_seconds, training_problems
+
+from convsel.cli import main
+from convsel.evaluation.crossval import leave_one_net_out
+from convsel.evaluation.report import CV_POLICY, report_from_db
+from convsel.problem import ConvProblem
+from convsel.tuning.db import TuningDB
+from convsel.tuning.layers import Layer
+from convsel.tuning.measure import device_identity
+
+NETS = {"wide": [ConvProblem(1, h, h, c, 64, 3, 3, pad=1) for h in (10, 18) for c in (80, 160)],
+        "narrow": [ConvProblem(1, h, h, c, 64, 3, 3, pad=1) for h in (10, 18) for c in (12, 20)]}
+
+
+@pytest.fixture
+def dbs(tmp_path):
+    ident = device_identity("numpy")
+    layers = [Layer(net, f"l{i}", p) for net, ps in NETS.items() for i, p in enumerate(ps)]
+    train, fresh = TuningDB(tmp_path / "train.sqlite"), TuningDB(tmp_path / "fresh.sqlite")
+    train.record_many([entry_for(p, ident) for p in training_problems()]
+                      + [entry_for(x.problem, ident) for x in layers])
+    fresh.record_many([entry_for(x.problem, ident) for x in layers])
+    return layers, train, fresh, ident
+
+
+def test_each_net_is_judged_by_a_model_that_never_saw_it(dbs):
+    layers, train, fresh, ident = dbs
+    report = report_from_db(layers, fresh, backend="numpy", device=ident)
+    folds = leave_one_net_out(report, train.entries(), families=["roofline", "gbt"]
+                              if _has_lightgbm() else ["roofline"])
+    for net, ps in NETS.items():
+        assert folds[net]["excluded_training_entries"] == len(ps)
+        assert folds[net]["training_problems"] == len(training_problems()) + sum(
+            len(v) for k, v in NETS.items() if k != net)
+    assert all(CV_POLICY in r.picks for r in report.layers)
+    summary = report.summary()
+    assert summary[CV_POLICY]["layers"] == len(layers)
+    if _has_lightgbm():   # the trees learn the synthetic rule: every pick is a fastest one
+        # (both Winograd tiles take the same synthetic time, so regret, not label, is judged)
+        assert summary[CV_POLICY]["worst_regret"] == pytest.approx(1.0)
+    wide = [r for r in report.layers if r.layer.net == "wide"]
+    assert all(r.oracle.startswith("winograd") for r in wide)
+    assert synthetic_seconds(wide[0].layer.problem, "winograd") < synthetic_seconds(
+        wide[0].layer.problem, "im2col_gemm")
+
+
+def test_report_cli_with_a_fresh_database_and_cv(dbs, tmp_path, capsys):
+    layers, train, fresh, ident = dbs
+    layer_file = tmp_path / "layers.json"
+    layer_file.write_text(json.dumps([{"net": x.net, "name": x.name, **x.problem.to_dict()}
+                                      for x in layers]))
+    out = tmp_path / "report"
+    assert main(["report", "--layers", str(layer_file), "--db", str(train.path),
+                 "--fresh-db", str(fresh.path), "--device-name", ident["name"], "--cv",
+                 "--family", "roofline", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "predicted-cv" in text and "leave-one-net-out" in text
+    saved = json.loads((out / "report.json").read_text())
+    assert set(saved["summary"]) == {"acl", CV_POLICY}
+    assert (out / "crossval.png").stat().st_size > 0
+
+
+def _has_lightgbm() -> bool:
+    try:
+        import lightgbm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_judging_by_the_fastest_run_swaps_the_statistic_only():
+    from convsel.evaluation.report import judged
+    from convsel.tuning.measure import Measurement
+
+    timings = {"a": {"algorithm": "a", "median_s": 2.0, "min_s": 1.5, "iqr_s": 0.1, "runs": 5},
+               "b": {"algorithm": "b", "median_s": 1.8, "min_s": 1.7, "iqr_s": 0.1, "runs": 5},
+               "c": {"algorithm": "c", "error": "boom"}}
+    m = Measurement(NETS["wide"][0], "numpy", {}, timings, {}, None, ())
+    assert m.fastest == "b" and judged(m, "median") is m
+    by_min = judged(m, "min")
+    assert by_min.fastest == "a" and by_min.timings["a"]["median_measured_s"] == 2.0
+    assert by_min.timings["c"] == timings["c"]
+    with pytest.raises(ValueError, match="judge"):
+        judged(m, "mean")

@@ -1,0 +1,68 @@
+"""POST/GET /v1/fit, the model in /readyz, and policy="predicted" through /v1/select."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from service_support import client_for
+from test_learn import UNSEEN_WIDE, entry_for, training_problems
+
+from convsel.learn import stored as stored_mod
+from convsel.policies import measured as measured_mod
+from convsel.tuning.db import TuningDB
+from convsel.tuning.measure import device_identity
+
+
+@pytest.fixture
+def db_path(tmp_path, monkeypatch):
+    path = tmp_path / "service.sqlite"
+    ident = device_identity("numpy")
+    TuningDB(path).record_many([entry_for(p, ident) for p in training_problems()])
+    # the policies' default database is the server's here (the route passes none for it)
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(path))
+    yield path
+    measured_mod._cached_identity.cache_clear()
+    stored_mod._cache.clear()
+
+
+def test_fit_then_predicted_selection_and_readiness(db_path):
+    with client_for(tuning_db=db_path) as client:
+        before = client.get("/v1/fit").json()
+        assert before["model"] is None and "convsel fit" in before["reason"]
+        fitted = client.post("/v1/fit", json={"families": ["roofline"]})
+        assert fitted.status_code == 200, fitted.text
+        body = fitted.json()
+        assert body["family"] == "roofline" and body["training_problems"] == len(
+            training_problems())
+        identity = client.get("/v1/fit").json()["model"]
+        assert identity["id"] == body["id"]
+        ready = client.get("/readyz").json()
+        assert ready["detail"]["fit"]["model"]["id"] == body["id"]
+        problem = {k: v for k, v in UNSEEN_WIDE.to_dict().items() if v is not None}
+        answer = client.post("/v1/select", json={"problem": problem, "policy": "predicted"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["source"] == "model"
+        assert answer.json()["measurement"]["model"]["id"] == body["id"]
+
+
+def test_fit_needs_the_token_when_one_is_set(db_path, monkeypatch):
+    monkeypatch.setenv("CONVSEL_API_TOKEN", "s3cret")
+    with client_for(tuning_db=db_path) as client:
+        assert client.post("/v1/fit", json={}).status_code == 401
+        wrong = client.post("/v1/fit", json={}, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = client.post("/v1/fit", json={"families": ["roofline"]},
+                         headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200, ok.text
+
+
+def test_fit_reports_too_little_data(tmp_path, monkeypatch):
+    path = tmp_path / "empty.sqlite"
+    TuningDB(path)
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(path))
+    with client_for(tuning_db=path) as client:
+        answer = client.post("/v1/fit", json={})
+    assert answer.status_code == 422
+    assert "convsel tune --sample" in answer.text
