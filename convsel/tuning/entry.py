@@ -13,7 +13,7 @@ from ..errors import InvalidProblemError
 from ..problem import ConvProblem
 
 # Bump when an implementation changes enough to change its speed: older entries stop matching.
-IMPLEMENTATIONS_VERSION = "1"
+IMPLEMENTATIONS_VERSION = "2"   # 2: implicit GEMM and the tiled OpenCL GEMM; numpy fast paths
 DEVICE_FIELDS = ("vendor", "name", "driver")
 
 
