@@ -23,7 +23,8 @@ from ..rules import Rules
 from ..selection import Selection, select
 from ..tuning.db import TuningDB, TuningEntry
 from ..tuning.layers import Layer
-from ..tuning.measure import Measurement, TimingSettings, measure, timed
+from ..tuning.measure import Measurement, measure, timed
+from ..tuning.timing import TimingSettings
 
 POLICIES = ("acl", "measured", "predicted")
 # the leave-one-net-out cross-validation's column (see :mod:`.crossval`)

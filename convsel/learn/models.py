@@ -37,7 +37,8 @@ class ModelError(ValueError):
 
 
 class Model(Protocol):
-    family: str
+    @property
+    def family(self) -> str: ...
 
     def predict(self, x: np.ndarray, variants: Sequence[str]) -> np.ndarray:
         """Natural log of predicted seconds per row; ``variants`` name each row's variant
@@ -145,7 +146,8 @@ class GbtModel:
 
     def predict(self, x: np.ndarray, variants: Sequence[str]) -> np.ndarray:
         booster = self.booster or _lightgbm().Booster(model_str=self.text)
-        return np.asarray(booster.predict(x, num_threads=1)) + _per_flop(x)
+        out: np.ndarray = np.asarray(booster.predict(x, num_threads=1)) + _per_flop(x)
+        return out
 
     def to_data(self) -> dict[str, Any]:
         return {"lightgbm_text": self.text}

@@ -11,6 +11,7 @@ A shape is drawn attribute by attribute and kept only when it is valid and its w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,6 +20,8 @@ from ..problem import ConvProblem
 from .layers import Layer
 
 # (value, weight): weights say how often real nets use each value, roughly
+T = TypeVar("T")
+
 CHANNELS: Sequence[tuple[int, float]] = (
     (3, 0.5), (16, 1), (24, 1), (32, 2), (48, 1), (64, 3), (96, 2), (128, 3), (144, 1),
     (160, 1), (192, 2), (256, 3), (320, 1), (384, 1), (512, 2), (576, 1), (768, 1), (960, 1),
@@ -38,18 +41,18 @@ VALID_PAD_SHARE = 0.15
 MAX_FLOPS = 1.5e9
 
 
-def _draw(rng: np.random.Generator, table: Sequence[tuple[object, float]]) -> object:
+def _draw(rng: np.random.Generator, table: Sequence[tuple[T, float]]) -> T:
     weights = np.array([w for _, w in table], dtype=float)
     return table[int(rng.choice(len(table), p=weights / weights.sum()))][0]
 
 
 def sample_problem(rng: np.random.Generator) -> ConvProblem:
     """One shape (may be invalid: :func:`sample_problems` retries)."""
-    kh, kw = _draw(rng, KERNELS)  # type: ignore[misc]
-    size = int(_draw(rng, SPATIAL))  # type: ignore[arg-type]
-    c = int(_draw(rng, CHANNELS))  # type: ignore[arg-type]
-    k = int(_draw(rng, CHANNELS[1:]))  # type: ignore[arg-type]
-    stride = int(_draw(rng, STRIDES))  # type: ignore[arg-type]
+    kh, kw = _draw(rng, KERNELS)
+    size = int(_draw(rng, SPATIAL))
+    c = int(_draw(rng, CHANNELS))
+    k = int(_draw(rng, CHANNELS[1:]))
+    stride = int(_draw(rng, STRIDES))
     groups, dilation = 1, 1
     kind = rng.random()
     if kind < DEPTHWISE_SHARE and c > 3:
@@ -64,9 +67,9 @@ def sample_problem(rng: np.random.Generator) -> ConvProblem:
     same = rng.random() >= VALID_PAD_SHARE
     pad_h = dilation * (kh - 1) // 2 if same else 0
     pad_w = dilation * (kw - 1) // 2 if same else 0
-    return ConvProblem(n=int(_draw(rng, BATCH)), h=size, w=size, c=c, k=k,  # type: ignore[arg-type]
-                       kh=kh, kw=kw, stride=stride, pad=(pad_h, pad_w), dilation=dilation,
-                       groups=groups)
+    return ConvProblem(n=_draw(rng, BATCH), h=size, w=size, c=c, k=k, kh=kh, kw=kw,
+                       stride=(stride, stride), pad=(pad_h, pad_h, pad_w, pad_w),
+                       dilation=(dilation, dilation), groups=groups)
 
 
 def sample_problems(count: int, seed: int = 0, *, max_flops: float = MAX_FLOPS,
@@ -76,7 +79,7 @@ def sample_problems(count: int, seed: int = 0, *, max_flops: float = MAX_FLOPS,
     if count < 0:
         raise InvalidProblemError("sample", count, "must be >= 0")
     rng = np.random.default_rng(seed)
-    seen, out = set(exclude), []
+    seen, out = set(exclude), list[ConvProblem]()
     tries = 0
     while len(out) < count:
         tries += 1

@@ -58,8 +58,8 @@ def pieces(n: int, rows: int, row_bytes: int, cap: int | None = None,
 def piece_bytes(n: int, rows: int, row_bytes: int) -> int:
     """Bytes of the largest piece :func:`pieces` makes."""
     first_images, first_rows = pieces(n, rows, row_bytes)[0]
-    return ((first_images.stop - first_images.start) * (first_rows.stop - first_rows.start)
-            * row_bytes)
+    return int((first_images.stop - first_images.start)
+               * (first_rows.stop - first_rows.start) * row_bytes)
 
 
 def float_only(p: ConvProblem, algorithm: str) -> Verdict:

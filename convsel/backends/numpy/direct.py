@@ -74,9 +74,9 @@ class Direct(Prepared):
         sy, sx = p.stride
         dy, dx = p.dilation
         self.before = (p.pad[0] - top, p.pad[2] - left)   # padding the taps still skip
-        h, w = p.h + top + bottom, p.w + left + right
-        self.rows = [_valid(p.out_h, sy, self.before[0], i * dy, h) for i in range(p.kh)]
-        self.cols = [_valid(p.out_w, sx, self.before[1], j * dx, w) for j in range(p.kw)]
+        hp, wp = p.h + top + bottom, p.w + left + right
+        self.rows = [_valid(p.out_h, sy, self.before[0], i * dy, hp) for i in range(p.kh)]
+        self.cols = [_valid(p.out_w, sx, self.before[1], j * dx, wp) for j in range(p.kw)]
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem

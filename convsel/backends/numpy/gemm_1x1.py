@@ -39,7 +39,7 @@ class Gemm1x1(Prepared):
     def __init__(self, p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None) -> None:
         self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)          # C × K
         self.augmented = bias is not None and p.c + 1 < p.k
-        if self.augmented:
+        if bias is not None and self.augmented:
             self.w = as_f32(np.vstack([self.w, as_f32(bias)[None]]))   # (C + 1) × K
         strided = p.stride != (1, 1) or p.dilation != (1, 1)
         rows = p.n * p.out_h * p.out_w

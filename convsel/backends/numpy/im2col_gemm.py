@@ -74,7 +74,7 @@ class Im2colGemm(Prepared):
         # (G, KH·KW·Cg, Kg): each group's weights as the GEMM's right-hand matrix.
         self.w = as_f32(w_ohwi.reshape(g, kg, taps).transpose(0, 2, 1))
         self.fold_bias = g == 1 and bias is not None
-        if self.fold_bias:
+        if bias is not None and self.fold_bias:
             self.w = as_f32(np.concatenate([self.w, as_f32(bias)[None, None]], axis=1))
         self.depth = self.w.shape[1]   # KH·KW·C (+ 1 with the bias folded in)
         # bytes per output row: its im2col rows, and the batched GEMM's (G, rows, Kg) if grouped

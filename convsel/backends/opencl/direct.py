@@ -39,7 +39,7 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
     return plan_verdict(p, io_plan(p), runtime)
 
 
-def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
+def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
             runtime: Runtime) -> OpenCLKernel:
     check_plan(p, io_plan(p), runtime, "direct")
     dtype = NUMPY_DTYPES[p.dtype]

@@ -28,7 +28,7 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
     return plan_verdict(p, io_plan(p), runtime)
 
 
-def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
+def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
             runtime: Runtime) -> OpenCLKernel:
     plan = io_plan(p)
     check_plan(p, plan, runtime, "gemm_1x1")

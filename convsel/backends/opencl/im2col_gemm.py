@@ -36,7 +36,7 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
     return plan_verdict(p, _plan(p), runtime)
 
 
-def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
+def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
             runtime: Runtime) -> OpenCLKernel:
     plan = _plan(p)
     check_plan(p, plan, runtime, "im2col_gemm")

@@ -140,7 +140,7 @@ def configure(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, c: int
         raise UnsupportedError(f"split {splits}: the reduction has {slices} slices of "
                                f"{tile[2]}; choose 1..{max(1, slices)}",
                                algorithm="implicit_gemm", backend="opencl")
-    return Config(tile, vec, splits, merge)  # type: ignore[arg-type]
+    return Config(tile, vec, splits, merge)
 
 
 def _local_bytes(tile: Tile) -> int:
@@ -223,7 +223,7 @@ def tiled_gemm(runtime: Runtime, p: ConvProblem, geo: Geometry, config: Config, 
     return Launches(steps, [part], nbytes)
 
 
-def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
+def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
             runtime: Runtime) -> OpenCLKernel:
     verdict = supports(p, params, runtime)
     if not verdict.ok:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyopencl as cl
@@ -91,7 +91,7 @@ def bind(program: cl.Program, name: str, args: Sequence[Any]) -> cl.Kernel:
         values = [np.int32(a) if isinstance(a, (int, np.integer)) else a for a in args]
         kernel.set_args(*values)
         # Kept so a device-resident run can bind the caller's buffers in place of x and y.
-        kernel.bound_args = tuple(values)
+        setattr(kernel, "bound_args", tuple(values))  # noqa: B010 - not a declared attribute
     except cl.Error as exc:   # a program that built but holds no usable kernel of that name
         raise KernelBuildError(f"kernel {name} cannot be created from its built program",
                                log=str(exc)) from exc
@@ -203,8 +203,8 @@ class OpenCLKernel:
         waits = [*(wait_for or ()), *x_arr.events, *y_arr.events]
         with self._lock:
             with self._launch_errors(q):
-                done = self._enqueue(q, x_arr.base_data, y_arr.base_data,
-                                     self._waits(q, waits))
+                done = self._enqueue(q, cast(cl.Buffer, x_arr.base_data),
+                                     cast(cl.Buffer, y_arr.base_data), self._waits(q, waits))
                 q.flush()      # start the device now, as ACL's scheduler does by default
         y_arr.add_event(done)
         return y_arr
@@ -231,7 +231,7 @@ class OpenCLKernel:
         if not isinstance(value, cl_array.Array):
             raise InvalidProblemError(name, type(value).__name__, "expected a "
                                       "pyopencl.array.Array or a cl.Buffer with shape=")
-        self._check_context(name, value.context)
+        self._check_context(name, cast(cl.Context, value.context))
         if value.shape != expected:
             raise InvalidProblemError(name, value.shape, f"expected NHWC shape {expected}")
         if value.dtype != self._dtype:

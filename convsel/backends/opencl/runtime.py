@@ -87,20 +87,24 @@ def parse_device_spec(spec: Any) -> cl.Device:
         raise BackendUnavailableError("no OpenCL device: no platform with a device was found",
                                       backend="opencl")
     if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        return _match(devices, str(int(spec)), "device", str(spec))
+        indexed: cl.Device = _match(devices, str(int(spec)), "device", str(spec))
+        return indexed
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidProblemError("device", spec, "expected a pyopencl.Device, an index or a "
                                   "'platform:device' string")
     if ":" in spec:
         platform_part, device_part = spec.split(":", 1)
-        platform = _match(cl.get_platforms(), platform_part, "platform", spec)
-        return _match(platform.get_devices(), device_part or "0", "device", spec)
+        platform: Any = _match(cl.get_platforms(), platform_part, "platform", spec)
+        device: cl.Device = _match(platform.get_devices(), device_part or "0", "device", spec)
+        return device
     if spec.strip().isdigit():   # PYOPENCL_CTX="1": first device of platform 1
-        return _match(cl.get_platforms(), spec, "platform", spec).get_devices()[0]
+        chosen: cl.Device = _match(cl.get_platforms(), spec, "platform", spec).get_devices()[0]
+        return chosen
     by_device = [d for d in devices if spec.strip().lower() in d.name.lower()]
     if by_device:
         return by_device[0]
-    return _match(cl.get_platforms(), spec, "platform", spec).get_devices()[0]
+    fallback: cl.Device = _match(cl.get_platforms(), spec, "platform", spec).get_devices()[0]
+    return fallback
 
 
 def choose_device(spec: Any = None) -> cl.Device:
@@ -167,7 +171,9 @@ class Runtime:
         try:
             with warnings.catch_warnings():   # a non-empty log is a warning in pyopencl
                 warnings.simplefilter("ignore", cl.CompilerWarning)
-                return cl.Program(self.context, source).build(options=list(options))
+                built: cl.Program = cl.Program(self.context, source).build(
+                    options=list(options))
+                return built
         except cl.Error as exc:
             # pyopencl's message holds the device's build log (asking the program for it
             # afterwards would defeat pyopencl's binary cache and warn).

@@ -69,7 +69,7 @@ def filter_transform(w: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
     return np.ascontiguousarray(u, dtype=np.float32)
 
 
-def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict,
+def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
             runtime: Runtime) -> OpenCLKernel:
     verdict = tile_verdict(p, params, "opencl")
     if not verdict.ok:
