@@ -1,0 +1,137 @@
+"""Workspace estimates: the memory each algorithm needs beyond input, weights and output,
+computed from the problem alone (no arrays, no devices), per backend.
+
+These are the formulas the backends' prepared kernels report as ``workspace_bytes``, written
+out here so that a selection can skip an algorithm whose workspace is over a limit *before*
+building it (as cuDNN's ``GetWorkspaceSize``). The constants mirror the numpy backend's
+(``WORKSPACE_CAP``, ``BAND_ELEMENTS``, ``BLOCK_ELEMENTS``, ``MIN_BLOCK_ROWS``) and
+``tests/test_find_workspace.py`` checks both the constants and the values against real
+kernels, so the two cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..problem import ConvProblem
+
+ITEM = 4                    # the numpy backend computes (and keeps scratch) in float32
+WORKSPACE_CAP = 64 << 20    # numpy: largest per-piece buffer (backends.numpy.common)
+BAND_ELEMENTS = 1 << 16     # numpy direct: floats in one band's product buffer
+BLOCK_ELEMENTS = 1 << 20    # numpy indirect_gemm: floats in one gathered block
+MIN_BLOCK_ROWS = 256        # numpy indirect_gemm: fewest GEMM rows per block
+MIN_FFT = 16                # numpy fft: smallest block side
+
+Estimate = Callable[[ConvProblem, Mapping[str, Any]], int]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _piece_bytes(n: int, rows: int, row_bytes: int) -> int:
+    """The largest piece the numpy backend's ``pieces()`` makes (whole batch, else bands)."""
+    if n * rows * row_bytes <= WORKSPACE_CAP:
+        return n * rows * row_bytes
+    band = max(1, WORKSPACE_CAP // max(1, row_bytes))
+    return min(band, rows) * row_bytes
+
+
+def _padded_bytes(p: ConvProblem) -> int:
+    top, bottom, left, right = p.pad
+    if not (top or bottom or left or right) and p.dtype == "F32":
+        return 0
+    return p.n * (p.h + top + bottom) * (p.w + left + right) * p.c * ITEM
+
+
+def next_fast_len(target: int) -> int:
+    """The smallest 5-smooth integer >= ``target`` (scipy.fft.next_fast_len(real=True))."""
+    n = max(1, target)
+    while True:
+        m = n
+        for f in (2, 3, 5):
+            while m % f == 0:
+                m //= f
+        if m == 1:
+            return n
+        n += 1
+
+
+# -- numpy ----------------------------------------------------------------------------------
+def numpy_direct(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    band = max(1, BAND_ELEMENTS // (p.out_w * p.k))
+    f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
+    return min(band, p.out_h) * p.out_w * p.k * ITEM + f16_copy
+
+
+def numpy_gemm_1x1(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    strided = p.stride != (1, 1) or p.dilation != (1, 1)
+    return p.n * p.out_h * p.out_w * p.c * ITEM if strided or p.dtype == "F16" else 0
+
+
+def numpy_im2col_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    row_bytes = p.out_w * (p.kh * p.kw * p.c + (p.k if p.groups > 1 else 0)) * ITEM
+    return _piece_bytes(p.n, p.out_h, row_bytes) + _padded_bytes(p)
+
+
+def numpy_winograd(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    my, mx = _tile(params)
+    ny, nx = my + p.kh - 1, mx + p.kw - 1
+    th, tw = _ceil_div(p.out_h, my), _ceil_div(p.out_w, mx)
+    hp, wp = th * my + p.kh - 1, tw * mx + p.kw - 1
+    row_bytes = tw * ITEM * (2 * ny * nx * p.c + ny * nx * p.k + my * mx * p.k)
+    return p.n * hp * wp * p.c * ITEM + _piece_bytes(p.n, th, row_bytes)
+
+
+def numpy_indirect_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    pixels, taps = p.n * p.out_h * p.out_w, p.kh * p.kw
+    depth = taps * p.c
+    block = min(pixels, max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // depth))
+    source = (p.n * p.h * p.w + 1) * p.c
+    index_item = 4 if p.n * p.h * p.w < 2**31 else 8
+    return (source + block * depth) * ITEM + pixels * taps * index_item
+
+
+def _fft_block(out: int, extent: int) -> tuple[int, int]:
+    size = next_fast_len(min(out + extent - 1, max(MIN_FFT, 2 * extent)))
+    return size, size - extent + 1
+
+
+def numpy_fft(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    ey, ex = p.kernel_extent
+    full = ((p.out_h - 1) * p.stride[0] + 1, (p.out_w - 1) * p.stride[1] + 1)
+    (fy, ty), (fx, tx) = _fft_block(full[0], ey), _fft_block(full[1], ex)
+    by, bx = _ceil_div(full[0], ty), _ceil_div(full[1], tx)
+    freqs = fy * (fx // 2 + 1)
+    row_bytes = bx * (8 * freqs * (2 * p.c + 2 * p.k) + 4 * fy * fx * p.k * 2)
+    padded_in = p.n * (by * ty + ey - 1) * (bx * tx + ex - 1) * p.c * 4
+    return padded_in + _piece_bytes(p.n, by, row_bytes)
+
+
+# -- OpenCL: the device buffers beyond x, y and the weights (prepared.io_plan) ---------------
+def opencl_none(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    return 0
+
+
+def opencl_im2col_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    m, kd = p.n * p.out_h * p.out_w, p.kh * p.kw * (p.c // p.groups)
+    return p.groups * m * kd * p.element_size
+
+
+def opencl_indirect_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    return p.n * p.out_h * p.out_w * p.kh * p.kw * 4
+
+
+def opencl_winograd(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    my, mx = _tile(params)
+    ah, aw = my + p.kh - 1, mx + p.kw - 1
+    tiles = p.n * _ceil_div(p.out_h, my) * _ceil_div(p.out_w, mx)
+    return 4 * ah * aw * (tiles * p.c + tiles * p.k + p.c * p.k)
+
+
+def _tile(params: Mapping[str, Any]) -> tuple[int, int]:
+    tile = params.get("tile")
+    if not tile:
+        raise KeyError("winograd's workspace depends on its tile: pass resolved params")
+    return int(tile[0]), int(tile[1])
