@@ -146,12 +146,21 @@ def noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
 
 def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[str, ...]]:
     """``(winner, ())`` when the fastest beats every other by more than the noise, else
-    ``(None, tie)`` with the labels within noise of the fastest, fastest first."""
+    ``(None, tie)`` with the labels within noise of the fastest, fastest first.
+
+    A candidate ties only if the gap is within the noise of the pair *and* within the
+    fastest's own noise band (``noise(best, best)``): a candidate with few, scattered runs
+    has a wide spread of its own, which must not stretch the band around a precise winner.
+    A pruned candidate (left the race for being ``prune_factor`` times slower) never ties.
+    """
     ok = sorted(timed(timings).items(), key=lambda kv: kv[1]["median_s"])
     if not ok:
         return None, ()
     best = ok[0][1]
-    close = [k for k, t in ok if t["median_s"] - best["median_s"] <= noise(best, t)]
+    band = noise(best, best)
+    close = [k for k, t in ok
+             if t is best or (not t.get("pruned") and
+                              t["median_s"] - best["median_s"] <= min(noise(best, t), band))]
     return (ok[0][0], ()) if len(close) == 1 else (None, tuple(close))
 
 
