@@ -13,8 +13,7 @@ from ..errors import ConvselError
 # name -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
     "select": ("convsel.cli.select_cmd", "which method ACL would choose, and why"),
-    "find": ("convsel.cli.find_cmd", "time every algorithm for one problem, ranked (as "
-             "cudnnFind)"),
+    "find": ("convsel.cli.find_cmd", "time every algorithm for one problem, ranked"),
     "targets": ("convsel.cli.targets_cmd", "list the CPU and Mali GPU targets"),
     "serve": ("convsel.cli.serve_cmd", "run the HTTP service (FastAPI under uvicorn)"),
     "plan": ("convsel.cli.plan_cmd", "the method for every Conv of an ONNX model"),
