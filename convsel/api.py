@@ -312,7 +312,7 @@ def _with_torch_hint(exc: InvalidProblemError, x: Any, w: Any, layout: str,
 def _reads_as_torch(x: Any, w: Any, groups: int | None) -> bool:
     if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and x.ndim == w.ndim == 4):
         return False
-    c, cg = x.shape[1], w.shape[1]
+    c, cg = int(x.shape[1]), int(w.shape[1])
     if groups is not None:
-        return cg * groups == c and w.shape[0] % groups == 0
-    return cg >= 1 and c % cg == 0 and w.shape[0] % (c // cg) == 0
+        return cg * groups == c and int(w.shape[0]) % groups == 0
+    return cg >= 1 and c % cg == 0 and int(w.shape[0]) % (c // cg) == 0

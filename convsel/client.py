@@ -112,6 +112,7 @@ def error_from_response(response: httpx.Response) -> ConvselError:
                 "message": f"HTTP {response.status_code}: {response.text[:500]}"}
     code = str(body["code"])
     retry = response.headers.get("retry-after")
+    exc: ConvselError
     if code in _LIBRARY_ERRORS:
         exc = _LIBRARY_ERRORS[code](body)
     else:
@@ -119,9 +120,10 @@ def error_from_response(response: httpx.Response) -> ConvselError:
         exc = cls(str(body.get("message", "")), status=response.status_code, code=code,
                   field=body.get("field"), value=body.get("value"), rule=body.get("rule"),
                   retry_after=float(retry) if retry and retry.isdigit() else None)
-    exc.status = response.status_code   # type: ignore[attr-defined]
-    exc.code = code                     # type: ignore[attr-defined]
-    exc.errors = body.get("errors")     # type: ignore[attr-defined]
+    # every raised error says what the service answered, library classes included
+    for name, value in (("status", response.status_code), ("code", code),
+                        ("errors", body.get("errors"))):
+        setattr(exc, name, value)
     return exc
 
 
@@ -226,7 +228,8 @@ class Client:
             body = {"problem": problem.to_dict(), **fields,
                     **{n: base64.b64encode(_npy(a)).decode() for n, a in tensors.items()}}
             response = self._request("POST", "/v1/conv2d", json=body, headers=headers)
-        return np.load(io.BytesIO(response.content), allow_pickle=False)
+        y: np.ndarray = np.load(io.BytesIO(response.content), allow_pickle=False)
+        return y
 
     def plan(self, model: str | os.PathLike[str] | bytes, target: str | None = None, *,
              policy: str = "acl", input_shapes: Mapping[str, Sequence[int]] | None = None,

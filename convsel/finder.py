@@ -229,12 +229,12 @@ def _rank(m: Measurement, backend: str,
             entries.append(FindEntry(label, alg, params, "error", str(t["error"]), space))
     for label, why in m.skipped.items():
         alg, _, _ = label.partition(":")
-        params = _variant_params(m.problem, label, rules)
+        found = _variant_params(m.problem, label, rules)
         status = ("excluded-by-workspace" if why.startswith(WORKSPACE_EXCLUDED) else
                   "skipped" if why.startswith("not timed") else "unsupported")
-        space = (algorithms.workspace_bytes(alg, m.problem, params, backend)
-                 if params is not None and status != "unsupported" else None)
-        entries.append(FindEntry(label, alg, params or {}, status, why, space))
+        space = (algorithms.workspace_bytes(alg, m.problem, found, backend)
+                 if found is not None and status != "unsupported" else None)
+        entries.append(FindEntry(label, alg, found or {}, status, why, space))
     order = {s: i for i, s in enumerate(STATUSES)}
     entries.sort(key=lambda e: (order[e.status], e.median_s or 0.0, e.label))
     ranked, rank = [], 0

@@ -159,3 +159,16 @@ def test_find_is_in_the_openapi_schema(client):
     post = spec["paths"]["/v1/find"]["post"]
     assert {"200", "401", "413", "422", "503"} <= set(post["responses"])
     assert "FindRequest" in spec["components"]["schemas"]
+
+
+def test_find_and_the_client_without_extras():
+    """`pip install convsel` alone: find works; the client says which extra it needs."""
+    from test_architecture import _without_extras
+
+    out = _without_extras("import sys\nfrom convsel.cli import main\n"
+                          "sys.exit(main(['find', '--h', '6', '--w', '6', '--c', '4', '--k', "
+                          "'4', '--kernel', '3', '--pad', '1', '--json']))\n")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["results"][0]["rank"] == 1
+    out = _without_extras("import convsel.client\n")
+    assert out.returncode != 0 and "pip install 'convsel[client]'" in out.stderr
