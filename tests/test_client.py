@@ -21,13 +21,16 @@ P = ConvProblem(1, 12, 12, 8, 16, 3, 3, pad=1)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     port = free_port()
-    db = tmp_path_factory.mktemp("client") / "tuning.sqlite"
+    where = tmp_path_factory.mktemp("client")
+    db = where / "tuning.sqlite"
     env = {**os.environ, "CONVSEL_API_TOKEN": TOKEN, "CONVSEL_TUNING_DB": str(db),
            "CONVSEL_MAX_TENSOR_ELEMENTS": str(300_000)}
+    # the server's output goes to a file: a pipe nobody reads fills up (one log line per
+    # request) and blocks the server mid-answer
+    log = open(where / "server.log", "w")   # noqa: SIM115 - closed in the finally
     proc = subprocess.Popen([*convsel_command(), "serve", "--host", "127.0.0.1", "--port",
                              str(port), "--workers", "1", "--log-level", "warning"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, proc)
@@ -35,6 +38,7 @@ def server(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        log.close()
 
 
 @pytest.fixture

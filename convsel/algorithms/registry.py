@@ -77,11 +77,11 @@ REGISTRY: tuple[AlgorithmSpec, ...] = (
     AlgorithmSpec(
         "direct", "direct convolution, one output at a time (grouped and depthwise too)",
         "DIRECT", "DIRECT", c.any_problem("direct"), _both("direct"), timing_rank=5,
-        colour="tab:brown", workspace=_ws(ws.numpy_direct, ws.opencl_none)),
+        colour="tab:brown", workspace=_ws(ws.numpy_direct, ws.opencl_direct)),
     AlgorithmSpec(
         "gemm_1x1", "a 1x1 convolution as one GEMM over channels",
         "GEMM", "GEMM", c.gemm_1x1, _both("gemm_1x1"), timing_rank=0, colour="tab:cyan",
-        acl_pick=c.is_plain_1x1, workspace=_ws(ws.numpy_gemm_1x1, ws.opencl_none)),
+        acl_pick=c.is_plain_1x1, workspace=_ws(ws.numpy_gemm_1x1, ws.opencl_gemm_1x1)),
     AlgorithmSpec(
         "im2col_gemm", "im2col into a workspace, then one GEMM",
         "GEMM", "GEMM", c.any_problem("im2col + GEMM"), _both("im2col_gemm"), timing_rank=1,
@@ -91,7 +91,7 @@ REGISTRY: tuple[AlgorithmSpec, ...] = (
         "register-tiled, no im2col buffer (OpenCL)",
         "GEMM", "GEMM", c.implicit_gemm, {"opencl": _module("opencl", "implicit_gemm")},
         timing_rank=1, colour="tab:olive", variants=c.implicit_gemm_variants,
-        acl_pick=lambda p: False),
+        acl_pick=lambda p: False, workspace={"opencl": ws.opencl_implicit_gemm}),
     AlgorithmSpec(
         "winograd", "Winograd F(tile, kernel): transforms and batched GEMMs (stride 1)",
         "WINOGRAD", "WINOGRAD", c.winograd, _both("winograd"), timing_rank=2,

@@ -110,17 +110,59 @@ def numpy_fft(p: ConvProblem, params: Mapping[str, Any]) -> int:
 
 
 # -- OpenCL: the device buffers beyond x, y and the weights (prepared.io_plan) ---------------
-def opencl_none(p: ConvProblem, params: Mapping[str, Any]) -> int:
+# The OpenCL GEMMs may split their reduction (split-K) on GPU devices, with a float partial
+# sum per split and output as workspace; how many splits depends on the device's compute
+# units, which a pure estimate cannot know. The estimate adds the most any device can get
+# (backends.opencl.implicit_gemm.default_splits: at most MAX_SPLITS, and at least 8 slices of
+# the reduction per split), so it is an upper bound on GPUs and exact on CPU devices and
+# wherever no split is made (batched GEMMs, short reductions).
+MAX_SPLITS = 16
+
+
+def split_k_bytes(m: int, n: int, reduction: int, batches: int = 1,
+                  params: Mapping[str, Any] | None = None) -> int:
+    """The most split-K workspace an (m x reduction) @ (reduction x n) GEMM can take; exact
+    when ``params`` names ``split``."""
+    if batches != 1:
+        return 0
+    asked = (params or {}).get("split")
+    splits = int(asked) if asked is not None else min(MAX_SPLITS, reduction // 8)
+    return 0 if splits <= 1 else splits * m * n * 4
+
+
+def opencl_split_k(algorithm: str, p: ConvProblem, params: Mapping[str, Any]) -> int:
+    """The split-K part of ``algorithm``'s OpenCL estimate (0 where it has no GEMM to split)."""
+    m = p.n * p.out_h * p.out_w
+    if algorithm == "gemm_1x1":
+        return split_k_bytes(m, p.k, p.c)
+    if algorithm == "im2col_gemm":
+        return split_k_bytes(m, p.k // p.groups, p.kh * p.kw * (p.c // p.groups), p.groups)
+    if algorithm in ("indirect_gemm", "implicit_gemm"):
+        return split_k_bytes(m, p.k, p.kh * p.kw * p.c,
+                             params=params if algorithm == "implicit_gemm" else None)
+    return 0    # direct: no GEMM; winograd: a batched GEMM (one per tile position)
+
+
+def opencl_direct(p: ConvProblem, params: Mapping[str, Any]) -> int:
     return 0
+
+
+def opencl_gemm_1x1(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    return opencl_split_k("gemm_1x1", p, params)
 
 
 def opencl_im2col_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
     m, kd = p.n * p.out_h * p.out_w, p.kh * p.kw * (p.c // p.groups)
-    return p.groups * m * kd * p.element_size
+    return p.groups * m * kd * p.element_size + opencl_split_k("im2col_gemm", p, params)
 
 
 def opencl_indirect_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
-    return p.n * p.out_h * p.out_w * p.kh * p.kw * 4
+    indirection = p.n * p.out_h * p.out_w * p.kh * p.kw * 4
+    return indirection + opencl_split_k("indirect_gemm", p, params)
+
+
+def opencl_implicit_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    return opencl_split_k("implicit_gemm", p, params)
 
 
 def opencl_winograd(p: ConvProblem, params: Mapping[str, Any]) -> int:
