@@ -26,9 +26,12 @@ def test_find_ranks_every_algorithm_and_variant():
     labels = {e.label for e in r.results}
     variants = {algorithms.label_of(a, params) for a in algorithms.ALGORITHMS
                 if algorithms.supports(a, P, convsel.load_rules()).ok
+                and "numpy" in algorithms.spec(a).backends
                 for params in algorithms.variants(a, P, convsel.load_rules())}
     assert variants <= labels                             # winograd:2x2 and winograd:4x4
     assert "gemm_1x1" in labels                           # unsupported, with the reason
+    opencl_only = next(e for e in r.results if e.label == "implicit_gemm")
+    assert opencl_only.status == "unsupported" and "numpy" in opencl_only.reason
     ok = [e for e in r.results if e.status == "ok"]
     assert [e.rank for e in ok] == list(range(1, len(ok) + 1))
     medians = [e.median_s for e in ok]

@@ -3,8 +3,12 @@ computed from the problem alone (no arrays, no devices), per backend.
 
 These are the formulas the backends' prepared kernels report as ``workspace_bytes``, written
 out here so that a selection can skip an algorithm whose workspace is over a limit *before*
-building it (as cuDNN's ``GetWorkspaceSize``). The constants mirror the numpy backend's
-(``WORKSPACE_CAP``, ``BAND_ELEMENTS``, ``BLOCK_ELEMENTS``, ``MIN_BLOCK_ROWS``) and
+building it (as cuDNN's ``GetWorkspaceSize``). Where a kernel's workspace depends on more
+than the problem and parameters, the estimate is the larger case, so it never understates:
+numpy im2col_gemm and gemm_1x1 fold a bias into the GEMM (a column more), counted as if a
+bias is given; OpenCL GEMMs may split their reduction on GPUs (see below). The constants
+mirror the numpy backend's (``WORKSPACE_CAP``, ``BAND_ELEMENTS``, ``BLOCK_ELEMENTS``,
+``MIN_BLOCK_ROWS``, ``PLANAR_MAX_C``) and
 ``tests/test_find_workspace.py`` checks both the constants and the values against real
 kernels, so the two cannot drift apart silently.
 """
@@ -22,6 +26,7 @@ BAND_ELEMENTS = 1 << 16     # numpy direct: floats in one band's product buffer
 BLOCK_ELEMENTS = 1 << 20    # numpy indirect_gemm: floats in one gathered block
 MIN_BLOCK_ROWS = 256        # numpy indirect_gemm: fewest GEMM rows per block
 MIN_FFT = 16                # numpy fft: smallest block side
+PLANAR_MAX_C = 8            # numpy im2col_gemm: fewer channels than this use planar phases
 
 Estimate = Callable[[ConvProblem, Mapping[str, Any]], int]
 
@@ -61,18 +66,27 @@ def next_fast_len(target: int) -> int:
 # -- numpy ----------------------------------------------------------------------------------
 def numpy_direct(p: ConvProblem, params: Mapping[str, Any]) -> int:
     band = max(1, BAND_ELEMENTS // (p.out_w * p.k))
-    f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
-    return min(band, p.out_h) * p.out_w * p.k * ITEM + f16_copy
+    cg, kg = p.c // p.groups, p.k // p.groups
+    # depthwise with padding works on a padded copy of the input (which replaces F16's copy)
+    padded = _padded_bytes(p) if cg == 1 and kg == 1 and p.groups > 1 and any(p.pad) else 0
+    f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" and not padded else 0
+    return min(band, p.out_h) * p.out_w * p.k * ITEM + f16_copy + padded
 
 
 def numpy_gemm_1x1(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    rows = p.n * p.out_h * p.out_w
+    if p.c + 1 < p.k:   # with a bias, the input is copied with a column of ones
+        return rows * (p.c + 1) * ITEM
     strided = p.stride != (1, 1) or p.dilation != (1, 1)
-    return p.n * p.out_h * p.out_w * p.c * ITEM if strided or p.dtype == "F16" else 0
+    return rows * p.c * ITEM if strided or p.dtype == "F16" else 0
 
 
 def numpy_im2col_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
-    row_bytes = p.out_w * (p.kh * p.kw * p.c + (p.k if p.groups > 1 else 0)) * ITEM
-    return _piece_bytes(p.n, p.out_h, row_bytes) + _padded_bytes(p)
+    g = p.groups
+    depth = p.kh * p.kw * (p.c // g) + (1 if g == 1 else 0)   # + the bias column
+    row_bytes = p.out_w * (depth * g + (p.k if g > 1 else 0)) * ITEM
+    planar = g == 1 and p.c < PLANAR_MAX_C     # the padded input split into stride phases
+    return _piece_bytes(p.n, p.out_h, row_bytes) + _padded_bytes(p) * (2 if planar else 1)
 
 
 def numpy_winograd(p: ConvProblem, params: Mapping[str, Any]) -> int:
