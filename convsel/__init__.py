@@ -41,6 +41,7 @@ __all__ = [
     "__version__",
     "choose",
     "conv2d",
+    "find",
     "load_rules",
     "plan",
     "prepare",
@@ -52,7 +53,7 @@ __all__ = [
 # Imported on first use: execution pulls in the backends, plan() needs onnx (an extra);
 # selecting a method needs neither.
 _LAZY = {"PreparedConv": "convsel.api", "conv2d": "convsel.api", "prepare": "convsel.api",
-         "plan": "convsel.onnx"}
+         "plan": "convsel.onnx", "find": "convsel.finder"}
 
 
 def __getattr__(name: str) -> Any:

@@ -156,7 +156,8 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
             target: str = "cpu", device: Any = None, policy: str = "acl",
             rules: Rules | str | None = None, tile: tuple[int, int] | None = None,
             params: dict[str, Any] | None = None, db: Any = None,
-            ) -> PreparedConv:
+            max_workspace_bytes: int | None = None, tune: bool | str = False,
+            tune_budget_s: float | None = None) -> PreparedConv:
     """Bind ``problem`` and its weights to an algorithm on a backend.
 
     ``algorithm="auto"`` runs what ``policy`` chooses for ``target`` (see
@@ -164,6 +165,13 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     short for ``params={"tile": tile}``) or raises :class:`UnsupportedError` with the reason.
     On the OpenCL backend, a missing driver, a failed build or an unsupported method falls
     back to numpy with a :class:`FallbackWarning`; ``fallback`` on the result says why.
+
+    ``max_workspace_bytes`` runs the best algorithm whose workspace on ``backend`` fits (the
+    policy's choice if it does; the selection's trace names what was excluded); a named
+    algorithm over the limit raises :class:`UnsupportedError`. With ``policy="measured"``,
+    ``tune="auto"`` times the candidates the first time a problem is seen on this device
+    (within about ``tune_budget_s`` seconds), records them in the tuning database (``db``)
+    and reuses them after, like ``torch.backends.cudnn.benchmark = True``.
     """
     if not isinstance(problem, ConvProblem):
         raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
@@ -173,11 +181,16 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     if backend not in backends.BACKENDS:
         raise InvalidProblemError("backend", backend,
                                   f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    if (tune or tune_budget_s is not None) and policy != "measured":
+        raise InvalidProblemError("tune", tune, "tuning on first use needs "
+                                  "policy=\"measured\" (it records and reads its timings)")
     w_ohwi, b = _check_weights(problem, w, weights_layout, bias)
     loaded = as_rules(rules)
     asked = {**(params or {}), **({"tile": tuple(tile)} if tile is not None else {})}
-    selection, name, resolved = _choose(problem, algorithm, target, policy, loaded, backend,
-                                        device, db, asked)
+    context = {"backend": backend, "device": device, "db": db,
+               "tune": tune or None, "tune_budget_s": tune_budget_s}
+    selection, name, resolved = _choose(problem, algorithm, target, policy, loaded, context,
+                                        asked, max_workspace_bytes)
     method = (selection.method if selection else
               algorithms.method_for(name, resolve_target(target, loaded).is_gpu))
     kernel, used, why = execute.build(problem, name, resolved, backend, w_ohwi, b, device)
@@ -185,16 +198,35 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
 
 
 def _choose(p: ConvProblem, algorithm: str, target: str, policy: str, rules: Rules,
-            backend: str, device: Any, db: Any, asked: dict[str, Any],
+            context: dict[str, Any], asked: dict[str, Any], max_workspace: int | None,
             ) -> tuple[Selection | None, str, dict[str, Any]]:
+    backend = context["backend"]
     if algorithm == "auto":
-        context = {"backend": backend, "device": device, "db": db}
         options = {k: v for k, v in context.items()
                    if k in POLICY_OPTIONS.get(policy, ()) and v is not None}
-        sel = choose(p, target, policy=policy, rules=rules, **options)
+        sel = choose(p, target, policy=policy, rules=rules,
+                     max_workspace_bytes=max_workspace, workspace_backend=backend, **options)
         return sel, sel.algorithm, execute.resolve(sel.algorithm, p, rules,
                                                    {**sel.params, **asked})
-    return None, algorithm, execute.resolve(algorithm, p, rules, asked)
+    resolved = execute.resolve(algorithm, p, rules, asked)
+    if max_workspace is not None:
+        _check_named_workspace(p, algorithm, resolved, backend, max_workspace)
+    return None, algorithm, resolved
+
+
+def _check_named_workspace(p: ConvProblem, algorithm: str, params: dict[str, Any],
+                           backend: str, limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidProblemError("max_workspace_bytes", limit,
+                                  "must be an integer >= 0 (bytes), or None for no limit")
+    need = algorithms.workspace_bytes(algorithm, p, params, backend)
+    if need is None or need > limit:
+        label = algorithms.label_of(algorithm, params)
+        raise UnsupportedError(
+            f"{label} on {backend} needs {need} bytes of workspace, over "
+            f"max_workspace_bytes={limit}" if need is not None else
+            f"{label} has no workspace estimate on {backend}, so max_workspace_bytes="
+            f"{limit} excludes it", algorithm=algorithm, backend=backend)
 
 
 def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: Any = 0,
@@ -236,20 +268,51 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
            fast_math: bool = False, weights_layout: str = "OHWI", algorithm: str = "auto",
            backend: str = "numpy", target: str = "cpu", *, layout: str = "NHWC",
            groups: int | None = None, device: Any = None, policy: str = "acl",
-           rules: Rules | str | None = None, db: Any = None) -> np.ndarray:
+           rules: Rules | str | None = None, db: Any = None,
+           max_workspace_bytes: int | None = None, tune: bool | str = False,
+           tune_budget_s: float | None = None) -> np.ndarray:
     """Convolve ``x`` (NHWC, or NCHW with ``layout="NCHW"``) with ``w``; same layout out.
 
     float16 input runs as F16 (half in and out, float32 accumulation); any other float dtype
-    runs as F32. See :func:`prepare` for ``algorithm``, ``backend`` and fallbacks. With
-    ``backend="opencl"``, a ``pyopencl.array.Array`` x gives one back (see
-    :meth:`PreparedConv.run`).
+    runs as F32. See :func:`prepare` for ``algorithm``, ``backend``, fallbacks,
+    ``max_workspace_bytes`` and ``tune``. With ``backend="opencl"``, a
+    ``pyopencl.array.Array`` x gives one back (see :meth:`PreparedConv.run`). PyTorch's
+    ``F.conv2d(x, w)`` is ``conv2d(x, w, layout="NCHW", weights_layout="OIHW")``.
     """
     if device is None and _is_device_array(x):     # x's device: its context must be op's
         device = x.context.devices[0]
-    problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
-                                  groups=groups, activation=activation, fast_math=fast_math,
-                                  weights_layout=weights_layout, layout=layout)
+    try:
+        problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
+                                      groups=groups, activation=activation,
+                                      fast_math=fast_math, weights_layout=weights_layout,
+                                      layout=layout)
+    except InvalidProblemError as exc:
+        raise _with_torch_hint(exc, x, w, layout, weights_layout, groups) from None
     op = prepare(problem, w, bias, weights_layout=weights_layout, algorithm=algorithm,
                  backend=backend, target=target, device=device, policy=policy, rules=rules,
-                 db=db)
+                 db=db, max_workspace_bytes=max_workspace_bytes, tune=tune,
+                 tune_budget_s=tune_budget_s)
     return op.run(x)
+
+
+TORCH_HINT = ('PyTorch\'s conventions (x NCHW, w OIHW) fit these shapes: pass '
+              'layout="NCHW", weights_layout="OIHW"')
+
+
+def _with_torch_hint(exc: InvalidProblemError, x: Any, w: Any, layout: str,
+                     weights_layout: str, groups: int | None) -> InvalidProblemError:
+    """``exc``, with the hint to say NCHW/OIHW when the defaults failed on arrays that read
+    as PyTorch's (input channels at x.shape[1], w.shape[1] dividing them)."""
+    if (str(layout).upper(), weights_layout) == ("NCHW", "OIHW") or not _reads_as_torch(
+            x, w, groups):
+        return exc
+    return InvalidProblemError(exc.field, exc.value, f"{exc.rule}; {TORCH_HINT}")
+
+
+def _reads_as_torch(x: Any, w: Any, groups: int | None) -> bool:
+    if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and x.ndim == w.ndim == 4):
+        return False
+    c, cg = int(x.shape[1]), int(w.shape[1])
+    if groups is not None:
+        return cg * groups == c and int(w.shape[0]) % groups == 0
+    return cg >= 1 and c % cg == 0 and int(w.shape[0]) % (c // cg) == 0

@@ -208,7 +208,8 @@ class ConvProblem:
         return cls(**data)
 
     def __str__(self) -> str:
-        s = (f"{self.n}x{self.h}x{self.w}x{self.c} -> {self.k}, {self.kh}x{self.kw}, "
+        # sizes in the problem's own layout: an NCHW problem reads N x C x H x W
+        s = (f"{'x'.join(map(str, self.input_shape))} -> {self.k}, {self.kh}x{self.kw}, "
              f"stride {self.stride[0]}x{self.stride[1]}, pad {self.pad}")
         if self.dilation != (1, 1):
             s += f", dilation {self.dilation}"

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 from . import algorithms
 from .acl import cpu as acl_cpu
 from .acl import gpu as acl_gpu
-from .errors import InvalidProblemError
+from .errors import InvalidProblemError, UnsupportedError
 from .problem import ConvProblem
 from .rules import METHODS, Rules, as_rules
 from .targets import Target, resolve_target
@@ -91,7 +91,8 @@ class Selection:
 
 
 def select(problem: ConvProblem, target: str | Target = "cpu", *,
-           rules: Rules | str | None = None) -> Selection:
+           rules: Rules | str | None = None, max_workspace_bytes: int | None = None,
+           backend: str | None = None) -> Selection:
     """Return the conv2d method ACL would choose for ``problem`` on ``target``, with reasons.
 
     Parameters
@@ -102,6 +103,13 @@ def select(problem: ConvProblem, target: str | Target = "cpu", *,
         Mali device name (``"Mali-G78AE r0p1"``); case-insensitive.
     rules : Rules or path, optional
         Rule data; defaults to ``$CONVSEL_HEURISTICS`` or the packaged heuristics.yaml.
+    max_workspace_bytes : int, optional
+        Run nothing whose workspace (the registry's estimate) is larger: ACL's choice if it
+        fits, else the first that fits in :func:`workspace_order`; the trace names each one
+        excluded with its workspace. :class:`UnsupportedError` when nothing fits.
+    backend : str, optional
+        Whose workspace to estimate; by default the largest over the backends that
+        implement the algorithm (a bound that holds wherever it runs).
 
     Pure: values in, a Selection out; no arrays, no devices, no tuning data. Other policies
     (measured, predicted) build on this in :mod:`convsel.policies`.
@@ -115,7 +123,99 @@ def select(problem: ConvProblem, target: str | Target = "cpu", *,
     if not isinstance(problem, ConvProblem):
         raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
     loaded = as_rules(rules)
-    return _select_acl(problem, resolve_target(target, loaded), loaded)
+    resolved = resolve_target(target, loaded)
+    sel = _select_acl(problem, resolved, loaded)
+    return limit_workspace(sel, problem, resolved, loaded, max_workspace_bytes, backend)
+
+
+def workspace_order(p: ConvProblem, rules: Rules, selection: Selection,
+                    ranked: Sequence[tuple[str, Mapping[str, Any]]] = ()
+                    ) -> list[tuple[str, dict[str, Any]]]:
+    """The order in which a workspace limit tries (algorithm, params): the selection's own
+    answer; then ``ranked`` (a policy's preference, such as measured times, fastest first);
+    then each algorithm whose ACL method validated, then every other algorithm that can run
+    the problem, both in the registry's timing order (likely-fast first), each with its
+    variants (every Winograd tile the rules pair with the kernel). ``direct`` needs one small
+    band of output as workspace, so it usually ends the search."""
+    valid = {c.algorithm for c in selection.candidates if c.valid}
+    order: list[tuple[str, dict[str, Any]]] = [(selection.algorithm, dict(selection.params))]
+    order += [(a, dict(params)) for a, params in ranked]
+    for acl_valid in (True, False):
+        for alg in algorithms.TIMING_ORDER:
+            if (alg in valid) != acl_valid or not algorithms.supports(alg, p, rules).ok:
+                continue
+            for params in algorithms.variants(alg, p, rules):
+                order.append((alg, {**params, **algorithms.supports(alg, p, rules,
+                                                                    params).params}))
+    unique: list[tuple[str, dict[str, Any]]] = []
+    for item in order:
+        if item not in unique:
+            unique.append(item)
+    return unique
+
+
+def limit_workspace(sel: Selection, p: ConvProblem, target: Target, rules: Rules,
+                    max_bytes: int | None,
+                    backend: str | None = None,
+                    ranked: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Selection:
+    """``sel`` if its workspace fits ``max_bytes`` (or there is no limit), else the first
+    (algorithm, params) of :func:`workspace_order` that fits, with the trace saying which
+    were excluded and why. Raises UnsupportedError when none fits."""
+    if max_bytes is None:
+        return sel
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidProblemError("max_workspace_bytes", max_bytes,
+                                  "must be an integer >= 0 (bytes), or None for no limit")
+    steps: list[TraceStep] = []
+    for alg, params in workspace_order(p, rules, sel, ranked):
+        need, why = _workspace_need(alg, p, params, backend)
+        label = algorithms.label_of(alg, params)
+        if need is not None and need <= max_bytes:
+            return _fitted(sel, target, alg, params, label, need, max_bytes, steps)
+        steps.append(TraceStep("workspace.excluded", False,
+                               f"{label}: {why}, over the limit of {_size(max_bytes)}"
+                               if need is not None else f"{label}: {why}"))
+    listed = "; ".join(s.reason for s in steps)
+    raise UnsupportedError(f"no algorithm runs {p} within max_workspace_bytes={max_bytes} "
+                           f"({listed})")
+
+
+def _workspace_need(alg: str, p: ConvProblem, params: Mapping[str, Any],
+                    backend: str | None) -> tuple[int | None, str]:
+    spec = algorithms.spec(alg)
+    if backend is not None and backend not in spec.backends:
+        return None, f"not implemented on the {backend} backend"
+    need = spec.workspace_bytes(p, params, backend)
+    if need is None:
+        return None, "the registry has no workspace estimate for it, so a limit excludes it"
+    return need, f"needs {_size(need)} of workspace"
+
+
+def _fitted(sel: Selection, target: Target, alg: str, params: dict[str, Any], label: str,
+            need: int, max_bytes: int, steps: list[TraceStep]) -> Selection:
+    if not steps:   # the answer fits: say so, change nothing else
+        note = TraceStep("workspace.fits", False, f"{label} needs {_size(need)} of workspace, "
+                         f"within the limit of {_size(max_bytes)}")
+        return replace(sel, trace=(*sel.trace, note))
+    chosen = TraceStep("workspace.limit", True,
+                       f"{label} is the first in the workspace order that fits: needs "
+                       f"{_size(need)}, limit {_size(max_bytes)}")
+    first = algorithms.label_of(sel.algorithm, sel.params)
+    return replace(sel, algorithm=alg, params=params,
+                   method=algorithms.method_for(alg, target.is_gpu), rule="workspace.limit",
+                   fallback=f"{first} needs more workspace than the limit "
+                            f"({_size(max_bytes)}); running {label} instead",
+                   trace=(*sel.trace, *steps, chosen))
+
+
+def _size(nbytes: int) -> str:
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        nbytes /= 1024  # type: ignore[assignment]
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:.3g} {unit}"
+    return ""
 
 
 @lru_cache(maxsize=4096)

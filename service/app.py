@@ -51,6 +51,7 @@ ROUTERS: tuple[str, ...] = (
     "service.routes.plan",     # POST /v1/plan (ONNX model upload)
     "service.routes.tuning",   # POST /v1/tune, GET /v1/tuning
     "service.routes.fit",      # POST/GET /v1/fit (the predicted policy's model)
+    "service.routes.find",     # POST /v1/find (every algorithm ranked by measured time)
 )
 
 DESCRIPTION = ("ACL's conv2d algorithm selection, explained, and convolutions run remotely. "

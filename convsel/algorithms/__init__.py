@@ -25,7 +25,7 @@ FALLBACK_ALGORITHM = "im2col_gemm"   # supports every valid problem
 
 __all__ = ["ALGORITHMS", "FALLBACK_ALGORITHM", "METHOD_ALGORITHMS", "SPECS", "TIMING_ORDER",
            "AlgorithmSpec", "algorithm_for", "is_plain_1x1", "label_of", "method_for", "spec",
-           "supports", "variants", "winograd_tiles"]
+           "supports", "variants", "winograd_tiles", "workspace_bytes"]
 
 
 def spec(algorithm: str) -> AlgorithmSpec:
@@ -61,6 +61,14 @@ def supports(algorithm: str, p: ConvProblem, rules: Rules,
 def variants(algorithm: str, p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
     """The parameter sets of ``algorithm`` worth timing on ``p`` (``[{}]`` when it has none)."""
     return spec(algorithm).variants(p, rules)
+
+
+def workspace_bytes(algorithm: str, p: ConvProblem, params: Mapping[str, Any] | None = None,
+                    backend: str | None = None) -> int | None:
+    """The workspace ``algorithm`` needs for ``p`` with resolved ``params`` on ``backend``
+    (None: the largest over its backends), from the registry's pure estimate; None when the
+    registry has no estimate for it."""
+    return spec(algorithm).workspace_bytes(p, params or {}, backend)
 
 
 def label_of(algorithm: str, params: Mapping[str, Any] | None = None) -> str:

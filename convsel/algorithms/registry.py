@@ -16,6 +16,7 @@ from ..problem import ConvProblem
 from ..rules import Rules
 from ..verdict import Verdict
 from . import constraints as c
+from . import workspace as ws
 
 Constraint = Callable[[ConvProblem, Rules, Mapping[str, Any]], Verdict]
 Variants = Callable[[ConvProblem, Rules], list[dict[str, Any]]]
@@ -46,6 +47,18 @@ class AlgorithmSpec:
     colour: str
     variants: Variants = _no_variants
     acl_pick: Callable[[ConvProblem], bool] = field(default=lambda p: True)
+    # backend -> pure estimate of the kernel's ``workspace_bytes`` (params resolved); a
+    # backend missing here has no estimate, and a workspace limit then excludes it
+    workspace: Mapping[str, ws.Estimate] = field(default_factory=dict)
+
+    def workspace_bytes(self, p: ConvProblem, params: Mapping[str, Any],
+                        backend: str | None = None) -> int | None:
+        """The workspace on ``backend``, or the largest over the backends implementing it
+        (None: no estimate for that backend, or for one of them)."""
+        names = [backend] if backend is not None else list(self.backends)
+        if any(b not in self.workspace for b in names):
+            return None
+        return max(self.workspace[b](p, params) for b in names)
 
 
 def _module(backend: str, name: str) -> str:
@@ -56,35 +69,42 @@ def _both(name: str) -> dict[str, str]:
     return {"numpy": _module("numpy", name), "opencl": _module("opencl", name)}
 
 
+def _ws(numpy: ws.Estimate, opencl: ws.Estimate) -> dict[str, ws.Estimate]:
+    return {"numpy": numpy, "opencl": opencl}
+
+
 REGISTRY: tuple[AlgorithmSpec, ...] = (
     AlgorithmSpec(
         "direct", "direct convolution, one output at a time (grouped and depthwise too)",
         "DIRECT", "DIRECT", c.any_problem("direct"), _both("direct"), timing_rank=5,
-        colour="tab:brown"),
+        colour="tab:brown", workspace=_ws(ws.numpy_direct, ws.opencl_direct)),
     AlgorithmSpec(
         "gemm_1x1", "a 1x1 convolution as one GEMM over channels",
         "GEMM", "GEMM", c.gemm_1x1, _both("gemm_1x1"), timing_rank=0, colour="tab:cyan",
-        acl_pick=c.is_plain_1x1),
+        acl_pick=c.is_plain_1x1, workspace=_ws(ws.numpy_gemm_1x1, ws.opencl_gemm_1x1)),
     AlgorithmSpec(
         "im2col_gemm", "im2col into a workspace, then one GEMM",
         "GEMM", "GEMM", c.any_problem("im2col + GEMM"), _both("im2col_gemm"), timing_rank=1,
-        colour="tab:blue"),
+        colour="tab:blue", workspace=_ws(ws.numpy_im2col_gemm, ws.opencl_im2col_gemm)),
     AlgorithmSpec(
         "implicit_gemm", "implicit GEMM: NHWC input tiles gathered into local memory, "
         "register-tiled, no im2col buffer (OpenCL)",
         "GEMM", "GEMM", c.implicit_gemm, {"opencl": _module("opencl", "implicit_gemm")},
         timing_rank=1, colour="tab:olive", variants=c.implicit_gemm_variants,
-        acl_pick=lambda p: False),
+        acl_pick=lambda p: False, workspace={"opencl": ws.opencl_implicit_gemm}),
     AlgorithmSpec(
         "winograd", "Winograd F(tile, kernel): transforms and batched GEMMs (stride 1)",
         "WINOGRAD", "WINOGRAD", c.winograd, _both("winograd"), timing_rank=2,
-        colour="tab:orange", variants=c.winograd_variants),
+        colour="tab:orange", variants=c.winograd_variants,
+        workspace=_ws(ws.numpy_winograd, ws.opencl_winograd)),
     AlgorithmSpec(
         "indirect_gemm", "GEMM through an indirection buffer of input pointers",
         "GEMM_CONV2D", "INDIRECT", c.ungrouped("indirect_gemm", "indirection buffer + GEMM"),
-        _both("indirect_gemm"), timing_rank=3, colour="tab:green"),
+        _both("indirect_gemm"), timing_rank=3, colour="tab:green",
+        workspace=_ws(ws.numpy_indirect_gemm, ws.opencl_indirect_gemm)),
     AlgorithmSpec(
         "fft", "FFT of input and filter, product in the frequency domain",
         "FFT", "FFT", c.ungrouped("fft", "FFT of input and filter; strides by subsampling"),
-        {"numpy": _module("numpy", "fft")}, timing_rank=4, colour="tab:purple"),
+        {"numpy": _module("numpy", "fft")}, timing_rank=4, colour="tab:purple",
+        workspace={"numpy": ws.numpy_fft}),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ..errors import ConvselError
@@ -12,6 +13,7 @@ from ..errors import ConvselError
 # name -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
     "select": ("convsel.cli.select_cmd", "which method ACL would choose, and why"),
+    "find": ("convsel.cli.find_cmd", "time every algorithm for one problem, ranked"),
     "targets": ("convsel.cli.targets_cmd", "list the CPU and Mali GPU targets"),
     "serve": ("convsel.cli.serve_cmd", "run the HTTP service (FastAPI under uvicorn)"),
     "plan": ("convsel.cli.plan_cmd", "the method for every Conv of an ONNX model"),
@@ -29,21 +31,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="convsel", description="Convolution algorithm selection: ACL's rules, explained, "
-        "executed, measured and served.")
+        "executed, measured and served.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"convsel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text,
+                                    formatter_class=HelpFormatter)
         sub_parser.set_defaults(_module=module)
         importlib.import_module(module).add_arguments(sub_parser)
     return parser
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default (where it has one and help text)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == [] \
+                or "default" in text:
+            return text   # nothing useful to add, or the text says it already
+        return super()._get_help_string(action)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(importlib.import_module(args._module).run(args))
+        code = int(importlib.import_module(args._module).run(args))
+        sys.stdout.flush()   # a closed pipe shows up here, inside the handler below
+        return code
+    except BrokenPipeError:
+        # `convsel ... --json | head`: the reader left; say nothing, as cat does. Point
+        # stdout at devnull so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except (ConvselError, ValueError) as exc:
         print(f"convsel {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -22,14 +22,18 @@ def add_problem_arguments(parser: argparse.ArgumentParser, required: bool = True
                        default=1 if name == "n" else None, help=help_text)
     g.add_argument("--kernel", type=_ints, required=required, metavar="KHxKW",
                    help="kernel size: 3 or 3x3 or 1x7")
-    g.add_argument("--stride", type=_ints, default=(1,), metavar="S|SY,SX")
-    g.add_argument("--pad", type=_ints, default=(0,), metavar="P|PY,PX|T,B,L,R")
-    g.add_argument("--dilation", type=_ints, default=(1,), metavar="D|DY,DX")
-    g.add_argument("--groups", type=int, default=1)
+    g.add_argument("--stride", type=_ints, default=(1,), metavar="S|SY,SX",
+                   help="stride (default 1)")
+    g.add_argument("--pad", type=_ints, default=(0,), metavar="P|PY,PX|T,B,L,R",
+                   help="zero padding (default 0)")
+    g.add_argument("--dilation", type=_ints, default=(1,), metavar="D|DY,DX",
+                   help="dilation (default 1)")
+    g.add_argument("--groups", type=int, default=1, help="groups (C for depthwise)")
     g.add_argument("--dtype", default="F32", help="F32, F16, QASYMM8, QASYMM8_SIGNED")
     g.add_argument("--layout", default="NHWC", help="NHWC or NCHW")
-    g.add_argument("--fast-math", action="store_true")
-    g.add_argument("--activation", default=None, help="relu, bounded_relu(6), ...")
+    g.add_argument("--fast-math", action="store_true", help="ACL's enable_fast_math")
+    g.add_argument("--activation", default=None,
+                   help="fused activation: relu, bounded_relu(6), ... (default none)")
 
 
 def _one_or_pair(values: tuple[int, ...]) -> int | tuple[int, ...]:

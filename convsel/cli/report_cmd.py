@@ -113,4 +113,6 @@ def _timed_now(args: argparse.Namespace, layers: list[Layer], db: TuningDB) -> R
 def _bar(total: int, disabled: bool):  # type: ignore[no-untyped-def]
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="layer", disable=disabled, file=sys.stderr, leave=False)
+    # a bar only where someone watches: not into pipes and CI logs, not for an empty run
+    off = disabled or total == 0 or not sys.stderr.isatty()
+    return tqdm(total=total, unit="layer", disable=off, file=sys.stderr, leave=False)

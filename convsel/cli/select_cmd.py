@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None, metavar="PATH", help="measured/predicted: "
                         "tuning database (default: $CONVSEL_TUNING_DB or the user data dir)")
     parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
+    parser.add_argument("--max-workspace-bytes", type=int, default=None, metavar="BYTES",
+                        help="ACL's choice if its workspace fits, else the next that does "
+                             "(the trace names what was excluded)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -28,7 +31,11 @@ def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
     options = {k: v for k, v in (("backend", args.backend), ("device", _device(args.device)),
                                  ("db", args.db)) if v is not None}
-    sel = choose(problem, args.target, rules=args.rules, policy=args.policy, **options)
+    if options and args.policy == "acl":
+        raise ValueError(f"--{next(iter(options))} applies to --policy measured or predicted "
+                         "only")
+    sel = choose(problem, args.target, rules=args.rules, policy=args.policy,
+                 max_workspace_bytes=args.max_workspace_bytes, **options)
     if args.json:
         print(json.dumps({"problem": problem.to_dict(), **sel.to_dict()}, indent=2))
     else:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ..algorithms import ALGORITHMS
-from ..errors import ConvselError
+from ..errors import ConvselError, InvalidProblemError
+from ..problem import ConvProblem
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer, distinct, load_layers
 from ..tuning.measure import Measurement, TimingSettings, measure
@@ -18,8 +21,9 @@ from .problem_args import add_problem_arguments, problem_from_args
 def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``tune`` and ``report``: where to run and how long to time."""
     defaults = TimingSettings()
-    parser.add_argument("--layers", metavar="FILE", help="layer file (JSON array as in "
-                        "shared/data/layers.json; the default when --net is given)")
+    parser.add_argument("--layers", metavar="FILE", help="layer file: a JSON array as in "
+                        "convsel/data/layers.json (the default when --net is given), or the "
+                        "output of `convsel plan MODEL.onnx --json`")
     parser.add_argument("--net", action="append", metavar="NAME",
                         help="only this net of the layer file (repeatable)")
     parser.add_argument("--backend", default="numpy", help="numpy or opencl")
@@ -40,6 +44,10 @@ def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", metavar="MODEL.onnx",
+                        help="tune every Conv of this ONNX model (needs the onnx extra)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
+                        help="MODEL.onnx: shape of a graph input that inference leaves unknown")
     add_timing_arguments(parser)
     add_problem_arguments(parser, required=False)
     parser.add_argument("--retune", action="store_true",
@@ -50,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="seed of the --sample shapes (default 0; the same seed gives the "
                              "same shapes)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="stop after about this many seconds in all (checked between "
+                             "timed runs); layers not reached stay untuned")
+    parser.add_argument("--max-workspace-bytes", type=int, default=None, metavar="BYTES",
+                        help="do not time candidates whose workspace is larger")
 
 
 def settings_from_args(args: argparse.Namespace) -> TimingSettings:
@@ -63,10 +76,11 @@ def settings_from_args(args: argparse.Namespace) -> TimingSettings:
 
 
 def layers_from_args(args: argparse.Namespace) -> list[Layer]:
-    """The layers named by --layers/--net, or the one problem given by flags, then the
-    --sample shapes."""
+    """The layers named by MODEL.onnx, --layers/--net, or the one problem given by flags,
+    then the --sample shapes."""
     sampled = _sampled(args)
-    if sampled and getattr(args, "h", None) is None and args.layers is None and not args.net:
+    if sampled and getattr(args, "h", None) is None and args.layers is None and not args.net \
+            and not getattr(args, "model", None):
         return sampled
     return distinct(_named_layers(args) + sampled)
 
@@ -83,18 +97,65 @@ def _sampled(args: argparse.Namespace) -> list[Layer]:
 
 
 def _named_layers(args: argparse.Namespace) -> list[Layer]:
+    if getattr(args, "model", None):
+        return layers_from_model(args.model, getattr(args, "input_shape", []))
+    if args.layers is not None and not args.net and _is_plan(args.layers):
+        return layers_from_plan(args.layers)
     if getattr(args, "h", None) is not None:
         missing = [f"--{n}" for n in ("w", "c", "k", "kernel") if getattr(args, n) is None]
         if missing:
             raise ValueError(f"a problem given by flags also needs {', '.join(missing)}")
         return [Layer("cli", "problem", problem_from_args(args))]
     if args.layers is None and not args.net:
-        raise ValueError("say what to tune: --net NAME, --layers FILE, --sample N, or "
+        raise ValueError("say what to tune: MODEL.onnx, --net NAME, --layers FILE, --sample N, or "
                          "problem flags (--h --w --c --k --kernel ...)")
     layers, messages = load_layers(args.layers, args.net)
     for message in messages:
         print(f"warning: {message}", file=sys.stderr)
     return distinct(layers)
+
+
+def layers_from_model(path: str, input_shapes: list[str]) -> list[Layer]:
+    """Every Conv of an ONNX model as a layer (the planner reads it; nothing runs)."""
+    from ..onnx import plan
+    from ..onnx.shapes import parse_input_shape
+
+    shapes = dict(parse_input_shape(text) for text in input_shapes)
+    planned = plan(path, input_shapes=shapes)
+    net = Path(path).stem
+    for skipped in planned.skipped:
+        print(f"warning: {net}/{skipped.name} ({skipped.op_type}) not tuned: {skipped.reason}",
+              file=sys.stderr)
+    return [Layer(net, node.name, node.problem) for node in planned.nodes]
+
+
+def _is_plan(path: str) -> bool:
+    """A JSON object (a plan) rather than an array (a layer file)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(4096).lstrip()[:1] == "{"
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def layers_from_plan(path: str) -> list[Layer]:
+    """The layers of a `convsel plan --json` document (its nodes' problems)."""
+    try:
+        document = json.loads(Path(path).read_text())
+        nodes = document["nodes"]
+        net = str((document.get("model") or {}).get("graph") or Path(path).stem)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidProblemError("layers", path, f"not a `convsel plan --json` document: "
+                                  f"{exc}") from None
+    layers = []
+    for i, node in enumerate(nodes):
+        name = str(node.get("name") or f"#{i}") if isinstance(node, dict) else f"#{i}"
+        try:
+            layers.append(Layer(net, name, ConvProblem.from_dict(node["problem"])))
+        except (InvalidProblemError, KeyError, TypeError) as exc:
+            print(f"warning: {net}/{name}: not a valid problem ({exc}); skipped",
+                  file=sys.stderr)
+    return layers
 
 
 def device_arg(value: str | None) -> Any:
@@ -111,22 +172,36 @@ def run(args: argparse.Namespace) -> int:
     if done:
         print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
               "them again)")
+    if args.budget is not None and not args.budget > 0:
+        raise ValueError("--budget must be > 0 seconds")
     bar = _bar(len(todo), args.no_progress)
     measured, failures, started = 0, 0, time.perf_counter()
+    deadline = None if args.budget is None else started + args.budget
+    unreached = 0
     try:
         for layer in todo:
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                unreached += 1
+                continue
             bar.set_description(_short(layer.label))
             try:
                 m = measure(layer.problem, args.backend, device, settings=settings,
                             on_candidate=lambda label: bar.set_postfix_str(label),
-                            exclude=args.exclude)
+                            exclude=args.exclude, budget_s=left,
+                            max_workspace_bytes=args.max_workspace_bytes)
             except ConvselError as exc:
                 failures += 1
                 bar.write(f"{layer.label}: not tuned: {exc}")
             else:
-                db.record(m.entry())
-                measured += 1
-                bar.write(_line(layer, m))
+                if m.complete:
+                    db.record(m.entry())
+                    measured += 1
+                    bar.write(_line(layer, m))
+                else:   # a partial race would record a winner that never met the others
+                    unreached += 1
+                    bar.write(f"{layer.label}: not recorded: the --budget ran out while "
+                              "timing it")
             bar.update(1)
     except KeyboardInterrupt:
         bar.close()
@@ -136,6 +211,9 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
     print(f"tuned {measured} layer(s) in {time.perf_counter() - started:.1f} s on "
           f"{args.backend}; {failures} could not be tuned; database {db.path}")
+    if unreached:
+        print(f"the {args.budget:g} s budget ran out: {unreached} layer(s) not tuned (run "
+              "again to continue: tuned layers are skipped)")
     return 1 if failures and not measured else 0
 
 
@@ -165,5 +243,7 @@ def _short(text: str, width: int = 40) -> str:
 def _bar(total: int, disabled: bool) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="layer", disable=disabled, file=sys.stderr,
+    # a bar only where someone watches: not into pipes and CI logs, not for an empty run
+    off = disabled or total == 0 or not sys.stderr.isatty()
+    return tqdm(total=total, unit="layer", disable=off, file=sys.stderr,
                 dynamic_ncols=True, leave=False)

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .. import algorithms
 from ..errors import InvalidProblemError
 from ..problem import ConvProblem
 from ..rules import Rules, as_rules
-from ..selection import Selection
+from ..selection import Selection, limit_workspace
 from ..targets import Target, resolve_target
 from .acl import AclPolicy
 
@@ -47,7 +48,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 # the options each policy takes (the service and CLI pass only these)
 POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
     "acl": (),
-    "measured": ("backend", "device", "db", "tune"),
+    "measured": ("backend", "device", "db", "tune", "tune_budget_s"),
     "predicted": ("backend", "device", "db"),
 }
 
@@ -66,15 +67,41 @@ def get_policy(name: str, **options: Any) -> Policy:
 
 
 def choose(problem: ConvProblem, target: str | Target = "cpu", *, policy: str | Policy = "acl",
-           rules: Rules | str | None = None, **options: Any) -> Selection:
+           rules: Rules | str | None = None, max_workspace_bytes: int | None = None,
+           workspace_backend: str | None = None, **options: Any) -> Selection:
     """What ``policy`` runs for ``problem`` on ``target``, as a :class:`Selection` with its
-    reasons. ``options`` go to the policy (``backend``, ``device``, ``db``, ``tune`` for
-    "measured"; ``backend``, ``device``, ``db`` for "predicted")."""
+    reasons. ``options`` go to the policy (``backend``, ``device``, ``db``, ``tune``,
+    ``tune_budget_s`` for "measured"; ``backend``, ``device``, ``db`` for "predicted").
+
+    ``max_workspace_bytes`` keeps the policy's answer if its workspace fits, else takes the
+    first that fits: the measured policy's timed candidates fastest first, then the order of
+    :func:`convsel.selection.workspace_order`; the trace names what was excluded and why.
+    ``workspace_backend`` says whose workspace to estimate (default: the policy's backend,
+    else the largest over the backends that implement each algorithm).
+    """
     if not isinstance(problem, ConvProblem):
         raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
     loaded = as_rules(rules)
     chosen = policy if not isinstance(policy, str) else get_policy(policy, **options)
-    return chosen.choose(problem, resolve_target(target, loaded), loaded)
+    resolved = resolve_target(target, loaded)
+    sel = chosen.choose(problem, resolved, loaded)
+    if max_workspace_bytes is None:
+        return sel
+    backend = workspace_backend or getattr(chosen, "backend", None)
+    return limit_workspace(sel, problem, resolved, loaded, max_workspace_bytes, backend,
+                           _measured_ranking(sel, problem, loaded))
+
+
+def _measured_ranking(sel: Selection, p: ConvProblem,
+                      rules: Rules) -> list[tuple[str, dict[str, Any]]]:
+    """The measured candidates of ``sel``, fastest first, as (algorithm, params)."""
+    timings = dict((sel.measurement or {}).get("timings") or {})
+    timed = sorted((t["median_ms"], label) for label, t in timings.items() if "median_ms" in t)
+    by_label = {algorithms.label_of(a, params): (a, params)
+                for a in algorithms.ALGORITHMS if algorithms.supports(a, p, rules).ok
+                for params in algorithms.variants(a, p, rules)}
+    return [(by_label[label][0], dict(by_label[label][1])) for _, label in timed
+            if label in by_label]
 
 
 __all__ = ["POLICIES", "AclPolicy", "Policy", "choose", "get_policy"]

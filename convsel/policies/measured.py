@@ -1,9 +1,12 @@
 """The "measured" policy: answer from the tuning database, else from the device's fitted
 model (:mod:`convsel.policies.predicted`), else from ACL's rules.
 
-It never times anything unless asked (``tune=True``): an unseen problem gets the rules'
-answer at once, with a trace step that says no entry was found. A database that cannot be
-opened degrades to the rules too, with the reason in the trace.
+It never times anything unless asked (``tune=True`` or ``tune="auto"``, as
+``torch.backends.cudnn.benchmark``): an unseen problem gets the rules' answer at once, with a
+trace step that says no entry was found. With ``tune="auto"`` the first use of a problem on
+this device times its candidates (within ``tune_budget_s``), records the result, and every
+later use (this process or another sharing the database) reuses it. A database that cannot
+be opened degrades to the rules too, with the reason in the trace.
 """
 
 from __future__ import annotations
@@ -33,30 +36,41 @@ class MeasuredPolicy:
     """Answer from the tuning database's timings on ``backend``/``device``, else ACL's rules.
 
     ``db`` defaults to ``$CONVSEL_TUNING_DB`` or the user's data directory; ``tune=True``
-    times an unseen problem now and records it.
+    (or ``"auto"``) times an unseen problem now and records it, spending at most about
+    ``tune_budget_s`` seconds (None: no limit).
     """
 
     backend: str = "numpy"
     device: Any = None
     db: TuningDB | str | os.PathLike[str] | None = None
-    tune: bool = False
+    tune: bool | str = False
+    tune_budget_s: float | None = None
     name: str = "measured"
 
     def __post_init__(self) -> None:
         if self.backend not in backends.BACKENDS:
             raise InvalidProblemError("backend", self.backend,
                                       f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+        if self.tune not in (False, True, "auto", "off"):
+            raise InvalidProblemError("tune", self.tune, "expected True/\"auto\" (time an "
+                                      "unseen problem on first use) or False/\"off\"")
+        budget = self.tune_budget_s
+        if budget is not None and (isinstance(budget, bool) or not isinstance(
+                budget, (int, float)) or not budget > 0):
+            raise InvalidProblemError("tune_budget_s", budget, "must be a number > 0 "
+                                      "(seconds), or None for no limit")
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
         return select_measured(problem, target, rules, select(problem, target, rules=rules),
                                backend=self.backend, device=self.device, db=self.db,
-                               tune=self.tune)
+                               tune=self.tune in (True, "auto"),
+                               tune_budget_s=self.tune_budget_s)
 
 
 def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: Selection, *,
                     backend: str = "numpy", device: Any = None,
                     db: TuningDB | str | os.PathLike[str] | None = None,
-                    tune: bool = False) -> Selection:
+                    tune: bool = False, tune_budget_s: float | None = None) -> Selection:
     """The tuned answer for ``problem`` on ``backend``/``device``, or ACL's with the reason.
 
     Parameters
@@ -74,7 +88,10 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
     db : TuningDB or path, optional
         Defaults to ``$CONVSEL_TUNING_DB`` or the user's data directory.
     tune : bool
-        Time the problem now when there is no entry, and record it.
+        Time the problem now when there is no entry, and record it (a measurement the
+        budget cut short is used by this process but not recorded).
+    tune_budget_s : float, optional
+        About how long that timing may take.
 
     Returns
     -------
@@ -91,7 +108,9 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
                              f"tuning database unavailable ({exc}); answered from ACL's rules")
     where = f"{backend} on {ident['name']} ({ident['driver']})"
     if entry is None and tune:
-        entry, note = _tune(problem, backend, device, rules, database)
+        entry = _MEMO.get((problem, backend, tuple(sorted(ident.items()))))
+    if entry is None and tune:
+        entry, note = _tune(problem, backend, device, rules, database, tune_budget_s)
         if entry is None:
             return _rules_answer(acl_selection, "measured.tune-failed", note)
     if entry is None:
@@ -136,18 +155,27 @@ def _rules_answer(acl: Selection, step_id: str, reason: str) -> Selection:
                                trace=(*acl.trace, TraceStep(step_id, False, reason)))
 
 
-def _tune(problem: Any, backend: str, device: Any, rules: Rules,
-          database: TuningDB) -> tuple[TuningEntry | None, str]:
+# Measurements this process made but could not record (read-only database, or cut short by
+# the budget): reused rather than timed again at every prepare().
+_MEMO: dict[tuple[Any, str, tuple[tuple[str, str], ...]], TuningEntry] = {}
+
+
+def _tune(problem: Any, backend: str, device: Any, rules: Rules, database: TuningDB,
+          budget_s: float | None = None) -> tuple[TuningEntry | None, str]:
     from ..tuning.measure import measure  # times candidates: only when asked to tune
 
     try:
-        entry = measure(problem, backend, device, rules=rules).entry()
+        m = measure(problem, backend, device, rules=rules, budget_s=budget_s)
     except ConvselError as exc:
         return None, f"tuning failed ({exc}); answered from ACL's rules"
+    entry = m.entry()
     try:
+        if not m.complete:
+            raise TuningDatabaseError("cut short by the time budget")
         database.record(entry)
     except TuningDatabaseError:
-        pass  # read-only: the answer still uses what was just measured
+        # the answer still uses what was just measured, and this process reuses it
+        _MEMO[(problem, backend, tuple(sorted(dict(m.device).items())))] = entry
     return entry, ""
 
 

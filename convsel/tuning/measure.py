@@ -146,12 +146,21 @@ def noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
 
 def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[str, ...]]:
     """``(winner, ())`` when the fastest beats every other by more than the noise, else
-    ``(None, tie)`` with the labels within noise of the fastest, fastest first."""
+    ``(None, tie)`` with the labels within noise of the fastest, fastest first.
+
+    A candidate ties only if the gap is within the noise of the pair *and* within the
+    fastest's own noise band (``noise(best, best)``): a candidate with few, scattered runs
+    has a wide spread of its own, which must not stretch the band around a precise winner.
+    A pruned candidate (left the race for being ``prune_factor`` times slower) never ties.
+    """
     ok = sorted(timed(timings).items(), key=lambda kv: kv[1]["median_s"])
     if not ok:
         return None, ()
     best = ok[0][1]
-    close = [k for k, t in ok if t["median_s"] - best["median_s"] <= noise(best, t)]
+    band = noise(best, best)
+    close = [k for k, t in ok
+             if t is best or (not t.get("pruned") and
+                              t["median_s"] - best["median_s"] <= min(noise(best, t), band))]
     return (ok[0][0], ()) if len(close) == 1 else (None, tuple(close))
 
 
@@ -159,7 +168,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
             rules: Rules | None = None, settings: TimingSettings | None = None,
             on_candidate: Callable[[str], None] | None = None,
             build: Callable[..., Any] | None = None,
-            budget_s: float | None = None, exclude: Collection[str] = ()) -> Measurement:
+            budget_s: float | None = None, exclude: Collection[str] = (),
+            max_workspace_bytes: int | None = None) -> Measurement:
     """Time every candidate of ``problem`` on ``backend`` and decide the winner.
 
     Parameters
@@ -180,6 +190,9 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         those stopped before their minimum runs.
     exclude : collection of str
         Algorithms not to time (skipped with that reason).
+    max_workspace_bytes : int, optional
+        Variants whose workspace on ``backend`` (the registry's estimate) is larger are not
+        built; they are skipped with a reason starting "excluded by the workspace limit".
 
     Returns
     -------
@@ -199,6 +212,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         from ..execute import build
     settings = settings or TimingSettings()
     found, skipped = candidates(problem, backend, rules, exclude)
+    if max_workspace_bytes is not None:
+        found = _within_workspace(problem, backend, found, max_workspace_bytes, skipped)
     x, w, bias = _data(problem, settings.seed)
     race, timings = Race(settings, budget_s), {}
     infos = {c.label: {"algorithm": c.algorithm,
@@ -227,6 +242,23 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     winner, tie = decide(timings)
     return Measurement(problem, backend, device_identity(backend, device), timings, skipped,
                        winner, tie, tuple(untimed))
+
+
+WORKSPACE_EXCLUDED = "excluded by the workspace limit"
+
+
+def _within_workspace(p: ConvProblem, backend: str, found: list[Variant], limit: int,
+                      skipped: dict[str, str]) -> list[Variant]:
+    kept = []
+    for cand in found:
+        need = algorithms.workspace_bytes(cand.algorithm, p, cand.params, backend)
+        if need is not None and need <= limit:
+            kept.append(cand)
+        else:
+            skipped[cand.label] = (f"{WORKSPACE_EXCLUDED}: needs {need} bytes, more than "
+                                   f"{limit}" if need is not None else
+                                   f"{WORKSPACE_EXCLUDED}: no workspace estimate on {backend}")
+    return kept
 
 
 # What a candidate may raise that is its own failure, reported for it while the others go on.

@@ -1,0 +1,303 @@
+"""find(): every algorithm and variant that could run a problem, ranked by measured time, as
+cuDNN's ``cudnnFindConvolutionForwardAlgorithm`` and MIOpen's Find do.
+
+Each entry has its status (``ok``, ``error``, ``unsupported``, ``excluded-by-workspace``,
+``skipped``), the reason, the median time with its spread (IQR) and run count, and the
+workspace it needs. Timing is :func:`convsel.tuning.measure.measure`'s (interleaved rounds,
+pruning of hopeless candidates, the tie rule); a complete measurement can be stored in the
+tuning database, where the measured policy then finds it.
+
+(The module is ``finder``, not ``find``: a submodule named ``find`` would replace the
+function ``convsel.find`` on the package the first time it is imported.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import algorithms, backends
+from .errors import InvalidProblemError, TuningDatabaseError
+from .layouts import WEIGHTS_LAYOUTS, ohwi_shape, weights_to_ohwi
+from .problem import ConvProblem
+from .rules import Rules, as_rules
+from .selection import select
+from .tuning.db import TuningDB, open_db
+from .tuning.measure import WORKSPACE_EXCLUDED, Measurement, measure
+from .tuning.timing import TimingSettings
+
+STATUSES = ("ok", "error", "excluded-by-workspace", "skipped", "unsupported")
+
+
+@dataclass(frozen=True)
+class FindEntry:
+    """One candidate: ``label`` names it as the tuning database does (``winograd:4x4``)."""
+
+    label: str
+    algorithm: str
+    params: Mapping[str, Any]
+    status: str
+    reason: str
+    workspace_bytes: int | None = None
+    median_s: float | None = None
+    iqr_s: float | None = None
+    min_s: float | None = None
+    runs: int = 0
+    pruned: bool = False
+    rank: int | None = None      # 1 = fastest; None unless status is "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "label": self.label, "algorithm": self.algorithm,
+                "params": {k: list(v) if isinstance(v, tuple) else v
+                           for k, v in self.params.items()},
+                "status": self.status, "reason": self.reason,
+                "median_ms": _ms(self.median_s), "iqr_ms": _ms(self.iqr_s),
+                "min_ms": _ms(self.min_s), "runs": self.runs, "pruned": self.pruned,
+                "workspace_bytes": self.workspace_bytes}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+@dataclass(frozen=True)
+class FindResult:
+    """What :func:`find` measured: ``results`` ranked (timed fastest first, then the rest),
+    ``winner`` or ``tie`` as the tuning database records them, ``acl`` the label ACL's rules
+    pick, ``stored`` whether the measurement went into the tuning database (``note`` says why
+    not)."""
+
+    problem: ConvProblem
+    backend: str
+    device: Mapping[str, str]
+    results: tuple[FindEntry, ...]
+    winner: str | None
+    tie: tuple[str, ...]
+    acl: str
+    complete: bool
+    max_workspace_bytes: int | None = None
+    stored: bool = False
+    note: str | None = None
+    database: str | None = None
+    measurement: Measurement | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def best(self) -> FindEntry | None:
+        """The fastest candidate that ran (rank 1), or None."""
+        return next((r for r in self.results if r.status == "ok"), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problem": self.problem.to_dict(), "backend": self.backend,
+                "device": dict(self.device), "winner": self.winner, "tie": list(self.tie),
+                "acl": self.acl, "complete": self.complete,
+                "max_workspace_bytes": self.max_workspace_bytes, "stored": self.stored,
+                "note": self.note, "database": self.database,
+                "results": [r.to_dict() for r in self.results]}
+
+    def table(self) -> str:
+        """The ranking as readable text."""
+        lines = [f"problem  {self.problem}",
+                 (f"backend  {self.backend} on {self.device.get('name', '?')}   ACL's rules "
+                  f"pick {self.acl}"),
+                 (f"{'#':>3} {'candidate':<16} {'status':<22} {'median ms':>10} "
+                  f"{'IQR ms':>9} {'runs':>5} {'workspace':>11}  reason")]
+        for r in self.results:
+            med = f"{r.median_s * 1e3:.4g}" if r.median_s is not None else "-"
+            iqr = f"{r.iqr_s * 1e3:.2g}" if r.iqr_s is not None else "-"
+            space = _size(r.workspace_bytes)
+            lines.append(f"{r.rank or '-':>3} {r.label:<16} {r.status:<22} {med:>10} {iqr:>9} "
+                         f"{r.runs or '-':>5} {space:>11}  {r.reason}")
+        verdict = (f"winner {self.winner}" if self.winner else
+                   f"tie {'/'.join(self.tie)}" if self.tie else "nothing ran")
+        lines.append(verdict + ("" if self.complete else " (the time budget cut it short)"))
+        if self.stored:
+            lines.append(f"stored in {self.database}")
+        elif self.note:
+            lines.append(self.note)
+        return "\n".join(lines)
+
+
+def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: str = "OHWI",
+         backend: str = "numpy", device: Any = None, target: str = "cpu",
+         rules: Rules | str | None = None, max_workspace_bytes: int | None = None,
+         store: bool = False, db: TuningDB | str | os.PathLike[str] | None = None,
+         settings: TimingSettings | None = None, budget_s: float | None = None,
+         on_candidate: Callable[[str], None] | None = None) -> FindResult:
+    """Time every algorithm and variant that can run ``problem`` on ``backend``; rank them.
+
+    Parameters
+    ----------
+    problem : ConvProblem
+        F32 or F16 (the others cannot run, so cannot be timed).
+    w : ndarray, optional
+        Weights to time with (``weights_layout``); random ones otherwise. The input is
+        random either way: timings do not depend on values.
+    backend, device
+        Where to time.
+    target : str
+        The ACL target whose rules' pick is reported as ``acl`` (and breaks a tie later).
+    max_workspace_bytes : int, optional
+        Candidates whose workspace (the registry's estimate for ``backend``, equal to the
+        kernels' own) is larger are not built: status ``excluded-by-workspace``.
+    store : bool
+        Record the measurement in the tuning database (``db``; default
+        ``$CONVSEL_TUNING_DB`` or the user data directory), unless the budget cut it short.
+    settings, budget_s
+        How long to time each candidate; about how long all of it may take.
+
+    Returns
+    -------
+    FindResult
+        ``results``: ``ok`` entries fastest first (``rank`` 1, 2, ...), then ``error``,
+        ``excluded-by-workspace``, ``skipped`` (not timed: dominated, budget spent) and
+        ``unsupported`` ones, each with its reason.
+    """
+    if not isinstance(problem, ConvProblem):
+        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
+    if backend not in backends.BACKENDS:
+        raise InvalidProblemError("backend", backend,
+                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    _check_limit(max_workspace_bytes)
+    if w is not None and not problem.is_float:
+        raise InvalidProblemError("problem.dtype", problem.dtype, "only F32 and F16 run")
+    if budget_s is not None and not budget_s > 0:
+        raise InvalidProblemError("budget_s", budget_s, "must be > 0 seconds, or None")
+    loaded = as_rules(rules)
+    acl = select(problem, target, rules=loaded)
+    weights = _weights(problem, w, weights_layout)
+    m = measure(problem, backend, device, rules=loaded, settings=settings,
+                build=_with_weights(weights), budget_s=budget_s, on_candidate=on_candidate,
+                max_workspace_bytes=max_workspace_bytes)
+    result = FindResult(problem, backend, dict(m.device), _rank(m, backend, loaded), m.winner,
+                        m.tie, algorithms.label_of(acl.algorithm, acl.params), m.complete,
+                        max_workspace_bytes, measurement=m)
+    return _store(result, m, db) if store else result
+
+
+def _check_limit(limit: Any) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 0):
+        raise InvalidProblemError("max_workspace_bytes", limit,
+                                  "must be an integer >= 0 (bytes), or None for no limit")
+
+
+def _weights(p: ConvProblem, w: Any, layout: str) -> np.ndarray | None:
+    if w is None:
+        return None
+    if layout not in WEIGHTS_LAYOUTS:
+        raise InvalidProblemError("weights_layout", layout,
+                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
+    if not isinstance(w, np.ndarray) or w.ndim != 4 or not np.issubdtype(w.dtype, np.floating):
+        raise InvalidProblemError("w", getattr(w, "shape", type(w).__name__),
+                                  "expected a 4-D floating-point numpy array")
+    if ohwi_shape(w.shape, layout) != p.weights_shape:
+        raise InvalidProblemError("w", w.shape, f"{layout} weights for this problem must hold "
+                                  f"K={p.k}, KH={p.kh}, KW={p.kw}, C/groups={p.c // p.groups}")
+    return weights_to_ohwi(w, layout).astype(np.float16 if p.dtype == "F16" else np.float32)
+
+
+def _with_weights(weights: np.ndarray | None) -> Callable[..., Any] | None:
+    """execute.build, timing the caller's weights instead of random ones."""
+    if weights is None:
+        return None
+    from .execute import build
+
+    def build_with(problem: ConvProblem, alg: str, params: Mapping[str, Any], be: str,
+                   w: np.ndarray, bias: Any, device: Any) -> Any:
+        return build(problem, alg, params, be, weights, bias, device)
+
+    return build_with
+
+
+def _rank(m: Measurement, backend: str,
+          rules: Rules) -> tuple[FindEntry, ...]:
+    entries: list[FindEntry] = []
+    for label, t in m.timings.items():
+        alg, params = str(t["algorithm"]), _params(t.get("params"))
+        space = algorithms.workspace_bytes(alg, m.problem, params, backend)
+        if "median_s" in t:
+            why = ("left the race: its fastest runs were several times the best median"
+                   if t.get("pruned") else _verdict(label, t, m))
+            entries.append(FindEntry(label, alg, params, "ok", why, space, t["median_s"],
+                                     t["iqr_s"], t.get("min_s"), int(t["runs"]),
+                                     bool(t.get("pruned"))))
+        else:
+            entries.append(FindEntry(label, alg, params, "error", str(t["error"]), space))
+    for label, why in m.skipped.items():
+        alg, _, _ = label.partition(":")
+        found = _variant_params(m.problem, label, rules)
+        status = ("excluded-by-workspace" if why.startswith(WORKSPACE_EXCLUDED) else
+                  "skipped" if why.startswith("not timed") else "unsupported")
+        space = (algorithms.workspace_bytes(alg, m.problem, found, backend)
+                 if found is not None and status != "unsupported" else None)
+        entries.append(FindEntry(label, alg, found or {}, status, why, space))
+    order = {s: i for i, s in enumerate(STATUSES)}
+    entries.sort(key=lambda e: (order[e.status], e.median_s or 0.0, e.label))
+    ranked, rank = [], 0
+    for e in entries:
+        if e.status == "ok":
+            rank += 1
+            e = FindEntry(**{**e.__dict__, "rank": rank})
+        ranked.append(e)
+    return tuple(ranked)
+
+
+def _verdict(label: str, t: Mapping[str, Any], m: Measurement) -> str:
+    if m.winner == label:
+        return "fastest, beyond the noise of every other"
+    if label in m.tie:
+        return f"tied within noise with {', '.join(x for x in m.tie if x != label)}"
+    fastest = m.fastest
+    if fastest is None:
+        return "timed"
+    ratio = t["median_s"] / m.timings[fastest]["median_s"]
+    return f"{ratio:.2f}x the median of {fastest}"
+
+
+def _params(raw: Any) -> dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in dict(raw or {}).items()}
+
+
+def _variant_params(p: ConvProblem, label: str, rules: Rules) -> dict[str, Any] | None:
+    """The params a skipped label stands for (None: a whole algorithm that cannot run)."""
+    alg = label.partition(":")[0]
+    if alg not in algorithms.ALGORITHMS:
+        return None
+    verdict = algorithms.supports(alg, p, rules)
+    if not verdict.ok:
+        return None
+    for params in algorithms.variants(alg, p, rules):
+        if algorithms.label_of(alg, params) == label:
+            return {**params, **algorithms.supports(alg, p, rules, params).params}
+    return {**verdict.params} if label == alg else None
+
+
+def _store(result: FindResult, m: Measurement, db: Any) -> FindResult:
+    from dataclasses import replace
+
+    if not m.complete:
+        return replace(result, note="not stored: the time budget ran out before "
+                                    f"{', '.join(m.untimed)} were timed fully")
+    try:
+        database = open_db(db)
+        database.record(m.entry())
+    except TuningDatabaseError as exc:
+        return replace(result, note=f"not stored: {exc}")
+    return replace(result, stored=True, database=str(database.path))
+
+
+def _size(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "-"
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    value = float(nbytes)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.3g} {unit}"
+    return ""

@@ -1,0 +1,145 @@
+"""POST /v1/find: time every algorithm and variant for one problem on this server, ranked
+(``convsel.find``; cuDNN's cudnnFindConvolutionForwardAlgorithm, MIOpen's Find).
+
+Bounded as /v1/tune is, and sharing its guard: one timing at a time per process (503 with
+Retry-After), a time budget per request, the size limits of /v1/conv2d, and the server's
+``CONVSEL_MAX_WORKSPACE_BYTES`` as a ceiling on the request's own workspace limit. When the
+environment sets ``CONVSEL_API_TOKEN``, requests must carry ``Authorization: Bearer
+<token>`` (timing costs the server seconds of CPU, so it can be reserved).
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import os
+import time
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from convsel import backends
+from convsel.errors import BackendUnavailableError, InvalidProblemError
+from convsel.finder import find
+
+from ..convert import json_body, to_problem, validate_body
+from ..errors import error_body, responses
+from ..schemas import ErrorBody, ProblemIn
+from ..state import ServiceState, state_of
+from . import tuning
+
+router = APIRouter(prefix="/v1", tags=["tuning"])
+TOKEN_ENV = "CONVSEL_API_TOKEN"
+
+
+class FindRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    problem: ProblemIn
+    target: str | None = Field(None, description="the ACL target whose rules' pick is "
+                               "reported beside the ranking; default: the server's")
+    backend: str | None = Field(None, description="numpy or opencl; default: the server's")
+    budget_s: float = Field(10.0, gt=0, le=tuning.MAX_BUDGET_S,
+                            description="stop timing after about this many seconds")
+    max_workspace_bytes: int | None = Field(
+        None, ge=0, description="do not build candidates whose workspace is larger; the "
+        "server's own limit applies when smaller or when this is absent")
+    store: bool = Field(False, description="record a complete measurement in the server's "
+                        "tuning database")
+
+
+class FindEntryOut(BaseModel):
+    rank: int | None
+    label: str
+    algorithm: str
+    params: dict[str, Any]
+    status: str = Field(description="ok, error, excluded-by-workspace, skipped, unsupported")
+    reason: str
+    median_ms: float | None
+    iqr_ms: float | None
+    min_ms: float | None
+    runs: int
+    pruned: bool
+    workspace_bytes: int | None
+
+
+class FindResponse(BaseModel):
+    problem: dict[str, Any]
+    backend: str
+    device: dict[str, str]
+    winner: str | None
+    tie: list[str]
+    acl: str
+    complete: bool
+    max_workspace_bytes: int | None
+    stored: bool
+    note: str | None
+    database: str | None
+    results: list[FindEntryOut]
+    elapsed_s: float
+
+
+OPENAPI_MODELS = (FindRequest,)
+_UNAUTHORIZED = {401: {"model": ErrorBody,
+                       "description": f"{TOKEN_ENV} is set and the bearer token is missing "
+                                      "or wrong"}}
+
+
+@router.post("/find", response_model=FindResponse,
+             responses={**_UNAUTHORIZED, **responses(413, 422, 503)},
+             openapi_extra=json_body("FindRequest"))
+async def find_route(request: Request) -> Any:
+    """Every algorithm and variant that can run ``problem`` here, ranked by measured time,
+    each with its spread, workspace, status and reason."""
+    denied = _unauthorized(request)
+    if denied is not None:
+        return denied
+    state = state_of(request)
+    body = validate_body(FindRequest, await request.body(), json=True)
+    problem = to_problem(body.problem)
+    tuning._check_size(state, problem)
+    if not tuning._running.acquire(blocking=False):
+        wait = max(state.settings.retry_after_seconds,
+                   math.ceil(tuning._running_until - time.monotonic()))
+        raise tuning.TuningBusyError(wait)
+    try:
+        tuning._running_until = time.monotonic() + body.budget_s
+        return await anyio.to_thread.run_sync(_find, state, problem, body)
+    finally:
+        tuning._running.release()
+
+
+def _unauthorized(request: Request) -> JSONResponse | None:
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        return None
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                          token.encode()):
+        return None
+    body = error_body("unauthorized", "this route needs Authorization: Bearer <token> "
+                      f"(the server sets {TOKEN_ENV})", field="authorization",
+                      rule="a bearer token equal to the server's")
+    return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any]:
+    s = state.settings
+    backend = body.backend or s.default_backend
+    if backend not in backends.BACKENDS:
+        raise InvalidProblemError("backend", backend,
+                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    ready = backends.available(backend)
+    if not ready.ok:
+        raise BackendUnavailableError(ready.reason, backend=backend)
+    limit = s.max_workspace_bytes if body.max_workspace_bytes is None else min(
+        body.max_workspace_bytes, s.max_workspace_bytes)
+    started = time.perf_counter()
+    result = find(problem, backend=backend, device=s.default_device,
+                  target=body.target or s.default_target, rules=state.loaded_rules(),
+                  max_workspace_bytes=limit, store=body.store, db=s.tuning_db,
+                  budget_s=body.budget_s)
+    return {**result.to_dict(), "elapsed_s": round(time.perf_counter() - started, 3)}
