@@ -9,7 +9,7 @@ times. :func:`conv2d` is prepare + run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -280,7 +280,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
     ``F.conv2d(x, w)`` is ``conv2d(x, w, layout="NCHW", weights_layout="OIHW")``.
     """
     if device is None and _is_device_array(x):     # x's device: its context must be op's
-        device = x.context.devices[0]
+        device = cast(Any, x).context.devices[0]
     try:
         problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
                                       groups=groups, activation=activation,
@@ -292,7 +292,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
                  backend=backend, target=target, device=device, policy=policy, rules=rules,
                  db=db, max_workspace_bytes=max_workspace_bytes, tune=tune,
                  tune_budget_s=tune_budget_s)
-    return op.run(x)
+    y: np.ndarray = op.run(x)
+    return y
 
 
 TORCH_HINT = ('PyTorch\'s conventions (x NCHW, w OIHW) fit these shapes: pass '

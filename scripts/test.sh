@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Set everything up (dev extras), lint (ruff) and run the whole test suite.
+# Set everything up (dev extras), lint (ruff), type-check (mypy --strict) and run the suite.
 # Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev || exit 1
 .venv/bin/ruff check . || exit 1
+.venv/bin/mypy || exit 1          # strict on convsel/ ([tool.mypy] in pyproject.toml)
 
 # -- PostgreSQL (tuning store tests) ----------------------------------------------------------
 # scripts/postgres.sh installs Debian's postgresql package when it is missing, starts a private

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..problem import ConvProblem
 
@@ -36,7 +37,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser, required: bool = True
                    help="fused activation: relu, bounded_relu(6), ... (default none)")
 
 
-def _one_or_pair(values: tuple[int, ...]) -> int | tuple[int, ...]:
+def _one_or_pair(values: tuple[int, ...]) -> Any:   # ConvProblem normalises int, pair, 4-tuple
     return values[0] if len(values) == 1 else values
 
 

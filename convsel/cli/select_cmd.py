@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from ..policies import choose
 from .problem_args import add_problem_arguments, problem_from_args
@@ -29,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
-    options = {k: v for k, v in (("backend", args.backend), ("device", _device(args.device)),
-                                 ("db", args.db)) if v is not None}
+    given = (("backend", args.backend), ("device", _device(args.device)), ("db", args.db))
+    options: dict[str, Any] = {k: v for k, v in given if v is not None}
     if options and args.policy == "acl":
         raise ValueError(f"--{next(iter(options))} applies to --policy measured or predicted "
                          "only")

@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         w = rng.standard_normal(p.weights_shape).astype(dtype)
         for name, params in _variants(layer, tuple(args.algorithm or ALGORITHMS)):
             module = implementation(name, "opencl")
+            if module is None:     # ALGORITHMS holds only what OpenCL implements
+                continue
             before, t0 = tuned.tuned, time.perf_counter()
             try:
                 if not module.supports(p, params, runtime).ok:

@@ -14,7 +14,8 @@ from ..errors import ConvselError, InvalidProblemError
 from ..problem import ConvProblem
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer, distinct, load_layers
-from ..tuning.measure import Measurement, TimingSettings, measure
+from ..tuning.measure import Measurement, measure
+from ..tuning.timing import TimingSettings
 from .problem_args import add_problem_arguments, problem_from_args
 
 
@@ -221,7 +222,7 @@ def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,
            device: Any) -> tuple[list[Layer], list[Layer]]:
     if args.retune:
         return layers, []
-    from ..tuning.measure import device_identity
+    from ..tuning.identity import device_identity
 
     ident = device_identity(args.backend, device)
     done = [x for x in layers if db.lookup(x.problem, args.backend, ident) is not None]

@@ -209,7 +209,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         raise UnsupportedError(f"dtype {problem.dtype} is selection-only: only F32 and F16 "
                                "problems can be timed")
     if build is None:
-        from ..execute import build
+        from ..execute import build as default_build
+    builder = build or default_build
     settings = settings or TimingSettings()
     found, skipped = candidates(problem, backend, rules, exclude)
     if max_workspace_bytes is not None:
@@ -228,7 +229,7 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         if on_candidate is not None:
             on_candidate(cand.label)
         try:
-            op = _build(build, problem, w, bias, cand, backend, device)
+            op = _build(builder, problem, w, bias, cand, backend, device)
             race.enter(cand.label, functools.partial(op.run, x))
         except _Skip as exc:
             skipped[cand.label] = str(exc)
