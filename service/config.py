@@ -8,9 +8,11 @@ machine with a few GB of memory safe (see the README's "HTTP service" section fo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 KiB = 1 << 10
@@ -68,3 +70,9 @@ class Settings(BaseSettings):
     max_concurrent_convolutions: int = Field(2, ge=1, description="threads running convolutions")
     max_queued_convolutions: int = Field(8, ge=0, description="accepted, waiting for a thread")
     retry_after_seconds: int = Field(1, ge=0, description="Retry-After on 503 when busy")
+
+    @field_validator("tuning_db", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: Any) -> Any:
+        # A path or a URL (postgresql://...): kept as text, which Path() would mangle.
+        return os.fspath(value) if isinstance(value, os.PathLike) else value

@@ -107,8 +107,8 @@ def select_json(state: ServiceState, problem: BaseModel, target: str | None, pol
     if policy != "acl" or options:
         return to_json(run_select(state, to_problem(problem), target, policy, options))
     key = problem.model_dump_json(exclude_unset=True, exclude_none=True)
-    body, labels = _with_path("problem", _acl_answer, key,
-                              target or state.settings.default_target, state.loaded_rules())
+    body, labels = _acl_answer(key, target or state.settings.default_target,
+                               state.loaded_rules())
     state.metrics.selection(labels)
     return body
 
@@ -116,7 +116,7 @@ def select_json(state: ServiceState, problem: BaseModel, target: str | None, pol
 @lru_cache(maxsize=4096)
 def _acl_answer(problem_json: str, target: str, rules: Rules) -> tuple[bytes, dict[str, str]]:
     # Errors are never cached (lru_cache keeps only returned values).
-    problem = ConvProblem.from_dict(json.loads(problem_json))
+    problem = _with_path("problem", ConvProblem.from_dict, json.loads(problem_json))
     answer = {"problem": problem.to_dict(),
               **choose(problem, target, rules=rules, policy="acl").to_dict()}
     labels = {k: answer[k] for k in ("method", "algorithm", "policy", "source")}

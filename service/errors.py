@@ -133,7 +133,7 @@ def validation_errors(errors: Any) -> list[dict[str, Any]]:
     """pydantic/FastAPI error list -> [{loc, msg, type}] without echoing the input back; the
     first :data:`MAX_FIELD_ERRORS` (a batch of bad items must not give a huge answer)."""
     return [{"loc": [_cut(str(p), MAX_VALUE) if not isinstance(p, int) else p
-                     for p in e.get("loc", ())][:16],
+                     for p in e.get("loc", ()) if not str(p).startswith("as-")][:16],
              "msg": _cut(str(e.get("msg", "")), MAX_VALUE), "type": str(e.get("type", ""))}
             for e in list(errors)[:MAX_FIELD_ERRORS]]
 

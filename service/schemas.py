@@ -11,9 +11,18 @@ client unchanged. Problems are nested under ``"problem"`` in the shape of
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictInt,
+    Tag,
+    create_model,
+)
 
 from convsel import algorithms, backends
 from convsel.activation import KINDS
@@ -39,6 +48,25 @@ class _In(BaseModel):
 
 # ---- the problem, generated from ConvProblem ------------------------------------------------
 
+def _one_of(members: dict[str, Any], pick: Any) -> Any:
+    """A union whose member is picked from the input's JSON type, so an error speaks of the
+    form that was sent only. Tags start with "as-": service.errors drops them from locations."""
+    tagged = tuple(Annotated[t, Tag(name)] for name, t in members.items())
+    return Annotated[Union[tagged], Discriminator(pick)]  # noqa: UP007
+
+
+def _number_or_list(value: Any) -> str:
+    return "as-list" if isinstance(value, list) else "as-int"
+
+
+def _pad_form(value: Any) -> str:
+    return ("as-quad" if len(value) == 4 else "as-pair") if isinstance(value, list) else "as-int"
+
+
+def _activation_form(value: Any) -> str:
+    return "as-object" if isinstance(value, (dict, BaseModel)) else "as-name"
+
+
 Size = Annotated[StrictInt, Field(ge=1, le=MAX_SIZE)]
 PadSize = Annotated[StrictInt, Field(ge=0, le=MAX_SIZE)]
 Pair = Annotated[list[Size], Field(min_length=2, max_length=2)]
@@ -62,10 +90,12 @@ class ActivationIn(_In):
 # listed here fails at import, so the wire cannot silently miss it.
 _WIRE_TYPES: dict[str, Any] = {
     "int": Size,
-    "tuple[int, int]": Size | Pair,
-    "tuple[int, int, int, int]": PadSize | PadPair | PadQuad,
+    "tuple[int, int]": _one_of({"as-int": Size, "as-list": Pair}, _number_or_list),
+    "tuple[int, int, int, int]": _one_of({"as-int": PadSize, "as-pair": PadPair,
+                                          "as-quad": PadQuad}, _pad_form),
     "bool": StrictBool,
-    "Activation | None": ActivationIn | ActivationText | None,
+    "Activation | None": _one_of({"as-object": ActivationIn, "as-name": ActivationText},
+                                 _activation_form) | None,
 }
 # str fields are names: their enums.
 _WIRE_ENUMS: dict[str, Any] = {"dtype": _enum(DTYPES), "layout": _enum(LAYOUTS)}
