@@ -87,7 +87,7 @@ def run_select(state: ServiceState, problem: ConvProblem, target: str | None, po
                options: dict[str, Any]) -> dict[str, Any]:
     """The policy's selection as the wire answer (the normalised problem +
     ``Selection.to_dict()``)."""
-    sel = choose(problem, target or state.settings.default_target,
+    sel = choose(problem, state.target(target),
                  rules=state.loaded_rules(), policy=policy, **options)
     answer = {"problem": problem.to_dict(), **sel.to_dict()}
     state.metrics.selection(answer)
@@ -107,7 +107,7 @@ def select_json(state: ServiceState, problem: BaseModel, target: str | None, pol
     if policy != "acl" or options:
         return to_json(run_select(state, to_problem(problem), target, policy, options))
     key = problem.model_dump_json(exclude_unset=True, exclude_none=True)
-    body, labels = _acl_answer(key, target or state.settings.default_target,
+    body, labels = _acl_answer(key, state.target(target),
                                state.loaded_rules())
     state.metrics.selection(labels)
     return body

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -43,7 +44,7 @@ def _enum(values: Any) -> Any:
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # ---- the problem, generated from ConvProblem ------------------------------------------------
@@ -67,8 +68,14 @@ def _activation_form(value: Any) -> str:
     return "as-object" if isinstance(value, (dict, BaseModel)) else "as-name"
 
 
-Size = Annotated[StrictInt, Field(ge=1, le=MAX_SIZE)]
-PadSize = Annotated[StrictInt, Field(ge=0, le=MAX_SIZE)]
+def _integral(value: Any) -> Any:
+    # JSON Schema's "integer" is any number without a fraction: 8.0 is 8. Never a bool or text.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# (The range before the validator: pydantic then states it as minimum/maximum in the schema.)
+Size = Annotated[StrictInt, Field(ge=1, le=MAX_SIZE), BeforeValidator(_integral)]
+PadSize = Annotated[StrictInt, Field(ge=0, le=MAX_SIZE), BeforeValidator(_integral)]
 Pair = Annotated[list[Size], Field(min_length=2, max_length=2)]
 PadPair = Annotated[list[PadSize], Field(min_length=2, max_length=2)]
 PadQuad = Annotated[list[PadSize], Field(min_length=4, max_length=4)]

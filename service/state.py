@@ -47,6 +47,11 @@ class ServiceState:
     def tensor_limits(self) -> TensorLimits:
         return TensorLimits(self.settings.max_tensor_elements, self.settings.max_tensor_bytes)
 
+    def target(self, given: str | None) -> str:
+        """The request's target, or the server's default when it names none (an empty
+        name is the library's to refuse, not a request for the default)."""
+        return self.settings.default_target if given is None else given
+
     def loaded_rules(self) -> Rules:
         if self.rules is None:
             raise RuntimeError("rules are not loaded: the app's lifespan has not run")

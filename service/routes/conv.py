@@ -110,7 +110,7 @@ def _execute(job: Job, state: ServiceState) -> dict[str, Any]:
     op = ops.prepare(problem, tensors["w"], tensors.get("bias"),
                      weights_layout=request.weights_layout, algorithm=request.algorithm,
                      backend=request.backend or s.default_backend,
-                     target=request.target or s.default_target, device=s.default_device,
+                     target=state.target(request.target), device=s.default_device,
                      policy=request.policy, rules=state.loaded_rules())
     if op.workspace_bytes > s.max_workspace_bytes:
         raise TooLargeError("problem", op.workspace_bytes, s.max_workspace_bytes,

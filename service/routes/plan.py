@@ -58,7 +58,7 @@ class PlanForm(BaseModel):
 
 
 _FORM_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["model"],
+    "type": "object", "required": ["model"], "additionalProperties": False,
     "properties": {
         "model": {"type": "string", "format": "binary", "description": "the .onnx file"},
         "target": {"type": "string", "maxLength": MAX_NAME, **TARGET_FIELD},
@@ -130,7 +130,7 @@ def _plan_upload(state: ServiceState, upload: BinaryIO, filename: str | None,
                  form: PlanForm) -> dict[str, Any]:
     shapes = dict(parse_input_shape(text) for text in form.input_shape)
     with _model_file(upload, state.settings.max_model_bytes, filename) as path:
-        run = partial(plan, path, form.target or state.settings.default_target, form.policy,
+        run = partial(plan, path, state.target(form.target), form.policy,
                       input_shapes=shapes, fast_math=form.fast_math, layout=form.layout,
                       rules=state.loaded_rules(),
                       **selection_options(state, form.policy, None, None))

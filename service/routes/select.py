@@ -52,7 +52,7 @@ async def select_batch(request: Request) -> dict[str, Any]:
         raise TooLargeError("problems", len(body.problems), limit, "batch size")
     rules = state.loaded_rules()
     # The library judges the shared fields once, for the whole batch.
-    target = resolve_target(body.target or state.settings.default_target, rules)
+    target = resolve_target(state.target(body.target), rules)
     policy = get_policy(body.policy,
                         **selection_options(state, body.policy, body.backend, body.device))
     results = await run_in_threadpool(_answer_all, state, body, target, policy)

@@ -46,7 +46,7 @@ _running_until = 0.0             # when the running tuning's budget ends (for Re
 
 
 class TuneRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     problem: ProblemIn  # type: ignore[valid-type]
     target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra={
@@ -203,7 +203,7 @@ _malloc_trim = _load_malloc_trim()
 
 def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
     s = state.settings
-    backend, device = body.backend or s.default_backend, body.device or s.default_device
+    backend, device = body.backend or s.default_backend, body.device if body.device is not None else s.default_device
     ready = backends.available(backend)
     if not ready.ok:
         raise BackendUnavailableError(ready.reason, backend=backend)
@@ -222,7 +222,7 @@ def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> 
         view = {"cached": False, "complete": m.complete, "recorded": recorded, "note": note,
                 "winner": m.winner, "tie": list(m.tie), "device": dict(m.device),
                 "timings": {**m.timings, **{k: {"skipped": v} for k, v in m.skipped.items()}}}
-    sel = choose(problem, body.target or s.default_target, rules=state.loaded_rules(),
+    sel = choose(problem, state.target(body.target), rules=state.loaded_rules(),
                  policy="measured", backend=backend, device=device,
                  db=db if db is not None else s.tuning_db)
     return {"problem": problem.to_dict(), "backend": backend, **view,
