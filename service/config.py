@@ -65,6 +65,8 @@ class Settings(BaseSettings):
     max_conv_flops: int = Field(20_000_000_000, ge=1, description="per convolution or tuning")
     max_workspace_bytes: int = Field(512 * MiB, ge=0,
                                      description="algorithm scratch memory per convolution")
+    max_tune_seconds: float = Field(60.0, gt=0, le=60.0, description="time budget of one "
+                                    "/v1/tune at most (a request's budget_s is cut to it)")
     max_batch_size: int = Field(1024, ge=1, le=65536,
                                 description="problems per /v1/select/batch")
     max_concurrent_convolutions: int = Field(2, ge=1, description="threads running convolutions")

@@ -23,6 +23,7 @@ from pydantic import (
     StrictInt,
     Tag,
     create_model,
+    model_validator,
 )
 
 from convsel import algorithms, backends
@@ -43,8 +44,22 @@ def _enum(values: Any) -> Any:
     return Literal[tuple(values)]
 
 
+MAX_UNKNOWN_KEYS = 16
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _few_unknown_keys(cls, data: Any) -> Any:
+        # pydantic reports every unknown key as its own error: an object with 50,000 keys
+        # would build 100 MB of errors. Past a few, one error says how many.
+        if isinstance(data, dict) and len(data) > len(cls.model_fields) + MAX_UNKNOWN_KEYS:
+            unknown = [k for k in data if k not in cls.model_fields]
+            raise ValueError(f"{len(unknown)} unknown fields (first: {unknown[0][:40]!r}); "
+                             f"known: {', '.join(cls.model_fields)}")
+        return data
 
 
 # ---- the problem, generated from ConvProblem ------------------------------------------------

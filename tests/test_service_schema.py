@@ -33,7 +33,7 @@ from service.config import Settings
 APP = create_app(Settings(max_select_body_bytes=2048, max_body_bytes=4096,
                           max_conv_body_bytes=64 * 1024, max_model_bytes=16 * 1024,
                           max_tensor_elements=4096, max_conv_flops=200_000,
-                          max_batch_size=8))
+                          max_batch_size=8, max_tune_seconds=0.05))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
                                 max_examples=10, deterministic=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import Field, ValidationError, create_model
 
 from convsel.errors import InvalidProblemError
 from convsel.policies import Policy, get_policy
@@ -14,7 +17,14 @@ from convsel.targets import Target, resolve_target
 from ..convert import json_body, select_json, selection_options, to_problem, validate_body
 from ..errors import TooLargeError, describe_error, responses
 from ..limits import BodyRule
-from ..schemas import SelectBatchRequest, SelectBatchResponse, SelectRequest, SelectResponse
+from ..schemas import (
+    BATCH_FIELD,
+    ProblemIn,
+    SelectBatchRequest,
+    SelectBatchResponse,
+    SelectRequest,
+    SelectResponse,
+)
 from ..state import ServiceState, state_of
 
 router = APIRouter(prefix="/v1", tags=["selection"])
@@ -46,10 +56,15 @@ async def select_batch(request: Request) -> dict[str, Any]:
     policy or option fails the whole batch (422); a well-formed problem that the library
     refuses gives an ``error`` entry at its index."""
     state = state_of(request)
-    body = validate_body(SelectBatchRequest, await request.body(), json=True)
     limit = state.settings.max_batch_size
-    if len(body.problems) > limit:
-        raise TooLargeError("problems", len(body.problems), limit, "batch size")
+    try:
+        body = batch_model(limit).model_validate_json(await request.body())
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False)
+        if errors[0]["type"] == "too_long" and errors[0]["loc"] == ("problems",):
+            raise TooLargeError("problems", errors[0]["ctx"]["actual_length"], limit,
+                                "batch size") from None
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
     rules = state.loaded_rules()
     # The library judges the shared fields once, for the whole batch.
     target = resolve_target(state.target(body.target), rules)
@@ -58,6 +73,15 @@ async def select_batch(request: Request) -> dict[str, Any]:
     results = await run_in_threadpool(_answer_all, state, body, target, policy)
     failed = sum(1 for r in results if r["error"] is not None)
     return {"results": results, "count": len(results), "failed": failed}
+
+
+@lru_cache(maxsize=8)
+def batch_model(limit: int) -> type[SelectBatchRequest]:
+    """The batch request with this server's item limit, checked while the list is parsed:
+    the parser stops at item ``limit + 1`` instead of building (and reporting on) them all."""
+    return create_model(  # type: ignore[no-any-return, call-overload]
+        "SelectBatchRequest", __base__=SelectBatchRequest, __module__=__name__,
+        problems=(list[ProblemIn], Field(max_length=limit, json_schema_extra=BATCH_FIELD)))
 
 
 def _answer_all(state: ServiceState, body: SelectBatchRequest, target: Target,

@@ -137,7 +137,7 @@ async def tune(request: Request) -> dict[str, Any]:
                    math.ceil(_running_until - time.monotonic()))
         raise TuningBusyError(wait)
     try:
-        _running_until = time.monotonic() + body.budget_s
+        _running_until = time.monotonic() + _budget(state, body)
         return await anyio.to_thread.run_sync(_tune, state, problem, body)
     finally:
         _running.release()
@@ -203,7 +203,8 @@ _malloc_trim = _load_malloc_trim()
 
 def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
     s = state.settings
-    backend, device = body.backend or s.default_backend, body.device if body.device is not None else s.default_device
+    backend = body.backend or s.default_backend
+    device = body.device if body.device is not None else s.default_device
     ready = backends.available(backend)
     if not ready.ok:
         raise BackendUnavailableError(ready.reason, backend=backend)
@@ -217,7 +218,7 @@ def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> 
                 "timings": dict(entry.timings), "device": dict(entry.device)}
     else:
         m = measure(problem, backend, device, rules=state.loaded_rules(),
-                    budget_s=body.budget_s)
+                    budget_s=_budget(state, body))
         recorded, note = _record(db, m, note)
         view = {"cached": False, "complete": m.complete, "recorded": recorded, "note": note,
                 "winner": m.winner, "tie": list(m.tie), "device": dict(m.device),
@@ -228,6 +229,10 @@ def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> 
     return {"problem": problem.to_dict(), "backend": backend, **view,
             "elapsed_s": round(time.perf_counter() - started, 3),
             "selection": state.public(sel.to_dict())}
+
+
+def _budget(state: ServiceState, body: TuneRequest) -> float:
+    return min(body.budget_s, state.settings.max_tune_seconds)
 
 
 def _database(state: ServiceState) -> tuple[TuningDB | None, str | None]:
