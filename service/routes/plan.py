@@ -2,8 +2,8 @@
 
 The model is parsed with the ``onnx`` package and never run; external data files named inside
 the model are never opened. Models have their own limit (``CONVSEL_MAX_MODEL_BYTES``, 512 MiB:
-the real ResNet-50 is 102 MB). The upload streams to a temporary file and the planner reads
-that file, so the service never holds the model's bytes next to the parsed model. One plan
+the real ResNet-50 is 102 MB). The upload streams to a temporary file, the model is parsed from
+it and its weights' values dropped before planning (shapes are all a plan needs). One plan
 runs at a time per process (503 with Retry-After meanwhile): parsing a large model costs
 a few times its size in memory. A model that cannot be planned is a 422 naming the node or
 the reason.
@@ -16,7 +16,6 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, BinaryIO, Literal
 
 import anyio
@@ -26,6 +25,7 @@ from starlette.datastructures import UploadFile
 
 from convsel.onnx import plan
 from convsel.onnx.errors import PlanError
+from convsel.onnx.reader import load_model
 from convsel.onnx.shapes import parse_input_shape
 from convsel.policies import POLICIES
 
@@ -38,6 +38,7 @@ from ..state import ServiceState, state_of
 router = APIRouter(tags=["plan"])
 _CHUNK = 1 << 20
 _FIELD_BYTES = 64 * 1024
+_KEEP_BYTES = 4096   # initializers up to this size keep their values (shape constants)
 # The form's other fields on top of the model's own limit.
 BODIES = {"/v1/plan": BodyRule("max_model_bytes", MULTIPART, overhead=1 << 20)}
 _planning = threading.Lock()
@@ -130,16 +131,34 @@ def _plan_upload(state: ServiceState, upload: BinaryIO, filename: str | None,
                  form: PlanForm) -> dict[str, Any]:
     shapes = dict(parse_input_shape(text) for text in form.input_shape)
     with _model_file(upload, state.settings.max_model_bytes, filename) as path:
-        run = partial(plan, path, state.target(form.target), form.policy,
-                      input_shapes=shapes, fast_math=form.fast_math, layout=form.layout,
-                      rules=state.loaded_rules(),
-                      **selection_options(state, form.policy, None, None))
         try:
-            return run().to_dict()
+            model = _without_weights(load_model(path))
         except PlanError as exc:
             if exc.node is None and exc.value == path:
                 exc.value = filename   # the temporary file's path means nothing to the caller
             raise
+    result = plan(model, state.target(form.target), form.policy, input_shapes=shapes,
+                  fast_math=form.fast_math, layout=form.layout, rules=state.loaded_rules(),
+                  **selection_options(state, form.policy, None, None))
+    return result.to_dict()
+
+
+def _without_weights(model: Any) -> Any:
+    """The model with its large initializers' values dropped (their shapes kept): planning
+    reads shapes, and shape inference copies the whole model several times over (a 100 MB
+    model cost 540 MB of peak memory with its weights, about 2x its size without). Dropped
+    values are marked as external data, which the planner never opens."""
+    from onnx import TensorProto
+
+    for init in model.graph.initializer:
+        if max(len(init.raw_data), 4 * len(init.float_data)) <= _KEEP_BYTES:
+            continue
+        init.ClearField("raw_data")
+        init.ClearField("float_data")
+        init.data_location = TensorProto.EXTERNAL
+        del init.external_data[:]
+        init.external_data.add(key="location", value="(not uploaded)")
+    return model
 
 
 @contextmanager
