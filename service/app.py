@@ -89,10 +89,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def api_routes(modules: Sequence[ModuleType]) -> list[APIRoute]:
+    """The routes of the route modules' routers (FastAPI includes routers lazily, so
+    ``app.routes`` does not list them one by one)."""
+    return [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+
+
 def _bodies(app: FastAPI, modules: Sequence[ModuleType]) -> dict[str, BodyRule]:
     """Each POST route's body rule: its module's ``BODIES`` entry, else the default."""
     declared = {path: rule for m in modules for path, rule in getattr(m, "BODIES", {}).items()}
-    posts = {r.path for r in app.routes if isinstance(r, APIRoute) and "POST" in r.methods}
+    posts = {r.path for r in api_routes(modules) if "POST" in r.methods}
     return {path: declared.get(path, DEFAULT_RULE) for path in posts | set(declared)}
 
 

@@ -47,7 +47,7 @@ def build(app: FastAPI, modules: Sequence[ModuleType], state: ServiceState) -> d
         components.setdefault(name, definition)
     rules = state.rules or load_rules(state.settings.heuristics)
     _fill(schema, target_schema(rules), state.settings.max_batch_size)
-    _security(schema, app, token=state.settings.api_token is not None)
+    _security(schema, modules, token=state.settings.api_token is not None)
     _error_bodies(schema)
     app.openapi_schema = schema
     return schema
@@ -94,9 +94,9 @@ def _retarget(node: dict[str, Any], target: dict[str, Any]) -> None:
     node["anyOf"] = [m for m in members if m.get("type") != "string"] + target["anyOf"]
 
 
-def _security(schema: dict[str, Any], app: FastAPI, *, token: bool) -> None:
-    guarded = {(r.path, m.lower()) for r in app.routes if isinstance(r, APIRoute)
-               for m in r.methods
+def _security(schema: dict[str, Any], modules: Sequence[ModuleType], *, token: bool) -> None:
+    routes = [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+    guarded = {(r.path, m.lower()) for r in routes for m in r.methods
                if any(d.dependency is require_token for d in r.dependencies)}
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
