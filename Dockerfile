@@ -14,7 +14,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY convsel ./convsel
 COPY service ./service
-RUN /opt/convsel/bin/pip install --no-cache-dir ".[onnx]"
+RUN /opt/convsel/bin/pip install --no-cache-dir ".[opencl,service,onnx]"
 
 FROM python:3.11-slim
 ENV PATH=/opt/convsel/bin:$PATH \

@@ -21,7 +21,8 @@ Array = np.ndarray
 
 def _sigmoid(x: Array) -> Array:
     # Clipping keeps exp() finite in float32 without changing the result at float precision.
-    return 1.0 / (1.0 + np.exp(-np.clip(x, -88.0, 88.0)))
+    out: Array = 1.0 / (1.0 + np.exp(-np.clip(x, -88.0, 88.0)))
+    return out
 
 
 @dataclass(frozen=True)

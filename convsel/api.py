@@ -47,24 +47,83 @@ class PreparedConv:
     def workspace_bytes(self) -> int:
         return int(self.kernel.workspace_bytes)
 
-    def run(self, x: np.ndarray) -> np.ndarray:
-        """Convolve ``x`` (in the problem's layout and dtype); returns the same layout."""
+    @property
+    def queue(self) -> Any:
+        """The OpenCL queue runs use by default (shared by every convolution prepared on the
+        same device, so a chain of layers runs back to back); None off OpenCL."""
+        return getattr(self.kernel, "queue", None)
+
+    def run(self, x: Any, *, out: Any = None, queue: Any = None, wait_for: Any = None,
+            shape: Any = None) -> Any:
+        """Convolve ``x`` (in the problem's layout and dtype); returns the same layout.
+
+        A numpy ``x`` gives a numpy result (written into ``out`` when given), blocking. On
+        the OpenCL backend a ``pyopencl.array.Array`` on ``op.queue``'s context (or a
+        ``cl.Buffer`` with ``shape=``) gives a ``pyopencl.array.Array`` (``out`` when given)
+        without touching the host: the call returns once the work is enqueued on ``queue``
+        (default: x's queue, else ``op.queue``) after ``wait_for`` and the arrays' events.
+        Device runs take NHWC problems only.
+        """
+        if _is_device_array(x):
+            return self._run_device(x, out, queue, wait_for, shape)
         p = self.problem
         x = _check_input(p, x)
+        if out is not None:
+            _check_output(p, out)
+        options = {k: v for k, v in (("queue", queue), ("wait_for", wait_for)) if v is not None}
+        if options and not hasattr(self.kernel, "run_device"):
+            raise InvalidProblemError(next(iter(options)), "given", f"the {self.backend} "
+                                      "backend runs on the host; it takes no OpenCL queue or "
+                                      "events")
         if p.layout == "NCHW":
-            return nhwc_to_nchw(self.kernel.run(nchw_to_nhwc(x)))
-        return self.kernel.run(np.ascontiguousarray(x))
+            y = nhwc_to_nchw(self.kernel.run(nchw_to_nhwc(x), **options))
+        else:
+            y = self.kernel.run(np.ascontiguousarray(x), **options)
+        if out is None:
+            return y
+        np.copyto(out, y)
+        return out
+
+    def _run_device(self, x: Any, out: Any, queue: Any, wait_for: Any, shape: Any) -> Any:
+        run_device = getattr(self.kernel, "run_device", None)
+        if run_device is None:
+            why = f" (it fell back: {self.fallback})" if self.fallback else ""
+            raise UnsupportedError(f"device arrays need the opencl backend; this convolution "
+                                   f"runs on {self.backend}{why}", backend=self.backend)
+        if self.problem.layout != "NHWC":
+            raise UnsupportedError("device-resident runs take NHWC problems: convsel has no "
+                                   "device-side NCHW transpose; run NCHW from numpy arrays",
+                                   backend=self.backend)
+        return run_device(x, out=out, queue=queue, wait_for=wait_for, shape=shape)
+
+
+def _is_device_array(x: Any) -> bool:
+    """A pyopencl object (Array, Buffer), told apart without importing pyopencl."""
+    return type(x).__module__.split(".")[0] == "pyopencl"
 
 
 def _check_input(p: ConvProblem, x: Any) -> np.ndarray:
     if not isinstance(x, np.ndarray):
-        raise InvalidProblemError("x", type(x).__name__, "expected a numpy array")
+        raise InvalidProblemError("x", type(x).__name__, "expected a numpy array (or, on the "
+                                  "opencl backend, a pyopencl.array.Array)")
     if x.shape != p.input_shape:
         raise InvalidProblemError("x", x.shape, f"expected shape {p.input_shape} "
                                   f"({p.layout}) for this problem")
     if not np.issubdtype(x.dtype, np.floating):
         raise InvalidProblemError("x", str(x.dtype), "must be a floating-point array")
     return x.astype(_NUMPY_DTYPES[p.dtype], copy=False)
+
+
+def _check_output(p: ConvProblem, out: Any) -> None:
+    if not isinstance(out, np.ndarray):
+        raise InvalidProblemError("out", type(out).__name__, "a numpy x needs a numpy out")
+    if out.shape != p.output_shape:
+        raise InvalidProblemError("out", out.shape, f"expected shape {p.output_shape} "
+                                  f"({p.layout}) for this problem")
+    if out.dtype != _NUMPY_DTYPES[p.dtype]:
+        raise InvalidProblemError("out", str(out.dtype), f"must be "
+                                  f"{np.dtype(_NUMPY_DTYPES[p.dtype]).name} for this "
+                                  f"{p.dtype} problem")
 
 
 def _check_weights(p: ConvProblem, w: Any, layout: str, bias: Any) -> tuple[np.ndarray,
@@ -144,7 +203,9 @@ def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: A
                         layout: str = "NHWC") -> ConvProblem:
     """The ConvProblem that ``x`` and ``w`` describe (groups inferred from w's channels)."""
     for name, arr in (("x", x), ("w", w)):
-        if not isinstance(arr, np.ndarray) or arr.ndim != 4:
+        array_like = isinstance(arr, np.ndarray) or (name == "x" and _is_device_array(arr)
+                                                      and hasattr(arr, "ndim"))
+        if not array_like or arr.ndim != 4:
             raise InvalidProblemError(name, getattr(arr, "shape", type(arr).__name__),
                                       "expected a 4-D numpy array")
     if weights_layout not in WEIGHTS_LAYOUTS:
@@ -179,8 +240,12 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
     """Convolve ``x`` (NHWC, or NCHW with ``layout="NCHW"``) with ``w``; same layout out.
 
     float16 input runs as F16 (half in and out, float32 accumulation); any other float dtype
-    runs as F32. See :func:`prepare` for ``algorithm``, ``backend`` and fallbacks.
+    runs as F32. See :func:`prepare` for ``algorithm``, ``backend`` and fallbacks. With
+    ``backend="opencl"``, a ``pyopencl.array.Array`` x gives one back (see
+    :meth:`PreparedConv.run`).
     """
+    if device is None and _is_device_array(x):     # x's device: its context must be op's
+        device = x.context.devices[0]
     problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
                                   groups=groups, activation=activation, fast_math=fast_math,
                                   weights_layout=weights_layout, layout=layout)

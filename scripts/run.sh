@@ -5,5 +5,5 @@
 # Extra arguments go to `convsel serve` (e.g. --port 8080).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh onnx
+bash scripts/setup.sh all   # the library, OpenCL, the service and onnx (for /v1/plan)
 exec .venv/bin/convsel serve "$@"

@@ -150,3 +150,43 @@ def test_the_packaged_layer_file_is_the_shared_one():
     shared = ROOT.parent / "shared" / "data" / "layers.json"
     if shared.is_file():   # CI has it beside the clone: the shipped copy must not drift
         assert json.loads(packaged.read_text()) == json.loads(shared.read_text())
+
+
+# What `pip install convsel` (no extras) lacks: the packages of the extras.
+_EXTRAS_ONLY = ("fastapi", "uvicorn", "starlette", "multipart", "prometheus_client",
+                "pydantic_settings", "pyopencl", "matplotlib", "onnx", "httpx", "service")
+_BLOCKER = f"""
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {_EXTRAS_ONLY!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (extra not installed)")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def _without_extras(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _BLOCKER + code], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+def test_the_library_works_without_any_extra():
+    code = ("import numpy as np, convsel\n"
+            "from convsel.cli import main\n"
+            "rc = main(['select', '--h', '14', '--w', '14', '--c', '8', '--k', '8', "
+            "'--kernel', '3', '--pad', '1'])\n"
+            "x = np.ones((1, 6, 6, 4), np.float32); w = np.ones((4, 3, 3, 4), np.float32)\n"
+            "y = convsel.conv2d(x, w, pad=1)\n"
+            "print('RESULT', rc, y.shape, float(y[0, 2, 2, 0]))\n")
+    out = _without_extras(code)
+    assert out.returncode == 0, out.stderr
+    assert "RESULT 0 (1, 6, 6, 4) 36.0" in out.stdout
+
+
+def test_serve_without_the_service_extra_names_it_and_exits_2():
+    out = _without_extras("import sys\nfrom convsel.cli import main\n"
+                          "sys.exit(main(['serve']))\n")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'convsel[service]'" in lines[0]

@@ -18,6 +18,7 @@ TOLERANCE: dict[tuple[str, str], float] = {
     ("im2col_gemm", "F32"): _F32_EXACT,
     ("gemm_1x1", "F32"): _F32_EXACT,
     ("indirect_gemm", "F32"): _F32_EXACT,
+    ("implicit_gemm", "F32"): _F32_EXACT,
     # FFT rounding grows with log(block size) and spreads across a block.
     ("fft", "F32"): 2e-5,
     # Winograd transforms amplify rounding; F(4x4, 5x5) and F(2x2, 7x7) (8-point axes) most,
@@ -27,6 +28,7 @@ TOLERANCE: dict[tuple[str, str], float] = {
     ("im2col_gemm", "F16"): _F16,
     ("gemm_1x1", "F16"): _F16,
     ("indirect_gemm", "F16"): _F16,
+    ("implicit_gemm", "F16"): _F16,
     ("fft", "F16"): _F16,
     ("winograd", "F16"): 2e-3,
 }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..problem import ConvProblem
-from ..rules import Rules
+from ..rules import Rules, TableRow
 from ..targets import Target
 from ..verdict import Decision, Trace, Verdict, failed
 from . import tables
@@ -46,7 +46,8 @@ def get_convolution_method(p: ConvProblem, target: Target, rules: Rules,
     return Decision("GEMM", "cpu.default")
 
 
-def _table_reason(p: ConvProblem, row: object, rows: tuple, rules: Rules) -> str:
+def _table_reason(p: ConvProblem, row: object, rows: tuple[TableRow, ...], rules: Rules,
+                  ) -> str:
     if row is not None:
         return f"matches known-network {tables.describe(row)}"  # type: ignore[arg-type]
     notes = tables.near_misses(p, rows, rules.convsel.near_miss)

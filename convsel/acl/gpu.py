@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..problem import ConvProblem
 from ..rules import Rules
 from ..targets import Target
@@ -138,7 +140,7 @@ def _direct_family(p: ConvProblem, target: Target, rules: Rules, indirect: Verdi
     unit = p.stride == (1, 1)
     m_one = p.out_w * p.out_h == 1
     small_ofm = p.k < cfg.first_layer_ofm_below
-    rules_in_order = (
+    rules_in_order: tuple[tuple[str, bool, Callable[[], str]], ...] = (
         ("gpu.nhwc.direct.first_layer", workload and not ifm_ge_16 and not unit and small_ofm,
          lambda: f"first layer: all of workload={_YN[workload]}, C<{cfg.direct_min_ifm}="
                  f"{_YN[not ifm_ge_16]}, non-unit stride={_YN[not unit]}, "

@@ -6,8 +6,11 @@ A grouped problem fails every predicate: ACL's weights must hold all C input cha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import cast
+
 from ..problem import ConvProblem
-from ..rules import Rules
+from ..rules import Rules, WinogradTile
 from ..targets import Target
 from ..verdict import Verdict, failed, passed
 
@@ -34,7 +37,7 @@ def winograd(p: ConvProblem, target: Target, rules: Rules) -> Verdict:
     if p.stride != (1, 1):
         return failed(f"stride {p.stride[0]}x{p.stride[1]}: Winograd needs stride 1x1")
     kernel = (p.kh, p.kw)
-    for entry in rules.cpu.winograd[p.dtype]:
+    for entry in _tiles(rules, p.dtype):
         if entry.kernel != kernel:
             continue
         if entry.min_input and (p.h < entry.min_input[0] or p.w < entry.min_input[1]):
@@ -42,7 +45,7 @@ def winograd(p: ConvProblem, target: Target, rules: Rules) -> Verdict:
         tile = entry.tile
         return passed(f"{p.dtype} {p.kh}x{p.kw} kernel with a {tile[0]}x{tile[1]} output tile",
                       tile=tile)
-    kernels = sorted({f"{e.kernel[0]}x{e.kernel[1]}" for e in rules.cpu.winograd[p.dtype]})
+    kernels = sorted({f"{e.kernel[0]}x{e.kernel[1]}" for e in _tiles(rules, p.dtype)})
     return failed(f"no {p.dtype} Winograd kernel for {p.kh}x{p.kw} (supported: "
                   f"{', '.join(kernels)})")
 
@@ -79,3 +82,9 @@ def gemm(p: ConvProblem, target: Target) -> Verdict:
     if p.dtype == "F16" and not target.fp16:
         return failed(f"F16 needs a CPU with FP16; target {target.name} has none")
     return passed("im2col + GEMM runs every ungrouped problem")
+
+
+def _tiles(rules: Rules, dtype: str) -> tuple[WinogradTile, ...]:
+    # the table is keyed by the float dtypes; any other dtype has no Winograd kernel
+    table = cast(Mapping[str, tuple[WinogradTile, ...]], rules.cpu.winograd)
+    return table.get(dtype, ())

@@ -57,7 +57,7 @@ def winograd(p: ConvProblem, target: Target, rules: Rules) -> Verdict:
             return failed(f"F32 {p.kh}x{p.kw} with a {tile[0]}x{tile[1]} tile needs fast-math")
     if p.stride != (1, 1):
         return failed(f"stride {p.stride[0]}x{p.stride[1]}: Winograd needs stride 1x1")
-    pairs = [(e.tile, e.kernel) for e in rules.gpu.winograd.pairs[p.layout]]
+    pairs = [(e.tile, e.kernel) for e in rules.gpu.winograd.pairs[p.layout]]  # type: ignore[index]  # layout is validated
     if (tile, kernel) not in pairs:
         return failed(f"{p.layout} has no Winograd kernel for tile {tile[0]}x{tile[1]}, "
                       f"kernel {p.kh}x{p.kw}")

@@ -70,6 +70,12 @@ REGISTRY: tuple[AlgorithmSpec, ...] = (
         "GEMM", "GEMM", c.any_problem("im2col + GEMM"), _both("im2col_gemm"), timing_rank=1,
         colour="tab:blue"),
     AlgorithmSpec(
+        "implicit_gemm", "implicit GEMM: NHWC input tiles gathered into local memory, "
+        "register-tiled, no im2col buffer (OpenCL)",
+        "GEMM", "GEMM", c.implicit_gemm, {"opencl": _module("opencl", "implicit_gemm")},
+        timing_rank=1, colour="tab:olive", variants=c.implicit_gemm_variants,
+        acl_pick=lambda p: False),
+    AlgorithmSpec(
         "winograd", "Winograd F(tile, kernel): transforms and batched GEMMs (stride 1)",
         "WINOGRAD", "WINOGRAD", c.winograd, _both("winograd"), timing_rank=2,
         colour="tab:orange", variants=c.winograd_variants),

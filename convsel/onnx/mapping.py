@@ -112,7 +112,7 @@ def _input_dims(node: Any, name: str, x: TensorInfo,
                 unknown_inputs: list[str]) -> tuple[int, int, int, int]:
     if x.known:
         assert x.dims is not None
-        return tuple(int(d) for d in x.dims)  # type: ignore[return-value]
+        return tuple(int(d) for d in x.dims)  # type: ignore[return-value,arg-type]
     hint = (f"; give the shapes of the graph inputs with input_shapes= or --input-shape, "
             f"e.g. {unknown_inputs[0]}=1,3,224,224 (inputs with unknown dims: "
             f"{', '.join(unknown_inputs)})" if unknown_inputs else
@@ -137,12 +137,13 @@ def _kernel(node: Any, name: str, attrs: Mapping[str, Any], wt: TensorInfo,
         raise UnknownShapeError(f"the weights {node.input[1]!r} have shape {wt.describe()} and "
                                 "no kernel_shape attribute: the output channels or the "
                                 "kernel size are unknown", node=name, value=wt.describe())
+    kernel = [v for v in kernel if isinstance(v, int)]   # all of them: checked above
     if len(kernel) != 2:
         raise PlanError(f"kernel_shape {list(kernel)} is not 2-D", node=name)
     if wt.dims is not None and len(wt.dims) == 4 and list(wt.dims[2:]) != list(kernel):
         raise PlanError(f"kernel_shape {list(kernel)} disagrees with the weights "
                         f"{node.input[1]!r} of shape {wt.describe()}", node=name)
-    return int(kernel[0]), int(kernel[1]), int(k)
+    return kernel[0], kernel[1], k
 
 
 def _pair(value: Any, name: str, attr: str) -> tuple[int, int]:

@@ -176,8 +176,9 @@ def plan(model: ModelSource, target: str | Target = "cpu", policy: str = "acl", 
             skipped.append(Skipped(name, node.op_type, f"{node.domain or 'ai.onnx'}."
                                    f"{node.op_type} is not a 2-D ai.onnx Conv"))
     if not nodes:
-        why = "; ".join(f"{s.name}: {s.reason}" for s in skipped)
-        raise PlanError("the model has no 2-D Conv node to plan" + (f" ({why})" if why else ""),
+        reasons = "; ".join(f"{s.name}: {s.reason}" for s in skipped)
+        raise PlanError("the model has no 2-D Conv node to plan"
+                        + (f" ({reasons})" if reasons else ""),
                         value=info.get("graph"))
     return ModelPlan(info, resolved.name, policy, tuple(nodes), tuple(skipped), loaded)
 
@@ -217,5 +218,5 @@ def _model_info(proto: Any) -> dict[str, Any]:
 
 def _input_shapes(graph: Any, tensors: Mapping[str, TensorInfo]) -> dict[str, Any]:
     weights = {t.name for t in graph.initializer}
-    return {v.name: (list(tensors[v.name].dims) if tensors[v.name].dims is not None else None)
+    return {v.name: (list(dims) if (dims := tensors[v.name].dims) is not None else None)
             for v in graph.input if v.name not in weights}

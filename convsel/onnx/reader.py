@@ -69,7 +69,7 @@ def _label(model: ModelSource) -> str:
 
 
 def _parse(onnx: ModuleType, data: bytes, label: str) -> Any:
-    from google.protobuf.message import DecodeError
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
     if not data:
         raise PlanError("not an ONNX model: the file is empty", value=label)

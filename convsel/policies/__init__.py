@@ -20,7 +20,8 @@ from .acl import AclPolicy
 
 
 class Policy(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection: ...
 
@@ -33,7 +34,7 @@ def _measured(**options: Any) -> Policy:
 
 # name -> factory taking the policy's options; the one list of policies
 POLICIES: dict[str, Callable[..., Policy]] = {
-    "acl": AclPolicy,
+    "acl": lambda: AclPolicy(),
     "measured": _measured,
 }
 # the options each policy takes (the service and CLI pass only these)

@@ -202,7 +202,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     x, w, bias = _data(problem, settings.seed)
     race, timings = Race(settings, budget_s), {}
     infos = {c.label: {"algorithm": c.algorithm,
-                       "params": {k: list(v) for k, v in c.params.items()}} for c in found}
+                       "params": {k: list(v) if isinstance(v, (tuple, list)) else v
+                                  for k, v in c.params.items()}} for c in found}
     untimed = []
     for cand in found:
         if race.out_of_time:

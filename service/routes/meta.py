@@ -74,9 +74,15 @@ async def methods() -> dict[str, Any]:
             for m in METHODS}
     return {"methods": [{"method": m, "algorithms": algs} for m, algs in runs.items()],
             "algorithms": [{"algorithm": a, "description": algorithms.SPECS[a].description,
-                            "methods": [m for m in METHODS if a in runs[m]],
-                            "backends": backends.backends_for(a)}
+                            "methods": [m for m in METHODS if a in runs[m]]
+                            or _registry_methods(a), "backends": backends.backends_for(a)}
                            for a in algorithms.ALGORITHMS]}
+
+
+def _registry_methods(algorithm: str) -> list[str]:
+    """The ACL methods an algorithm implements by the registry, for one that ACL's rules never
+    pick (implicit_gemm: reached through tuning only)."""
+    return list(dict.fromkeys(algorithms.method_for(algorithm, gpu) for gpu in (False, True)))
 
 
 @router.get("/v1/backends", response_model=BackendsResponse, tags=["meta"])

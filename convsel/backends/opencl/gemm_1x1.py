@@ -39,7 +39,8 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     y_dev = runtime.buffer(plan.sizes["y"])
     shape = GemmShape(m=p.n * p.out_h * p.out_w, n=p.k, kd=p.c, lda=p.c, ldb=p.k, ldc=p.k)
     strided = p.stride != (1, 1)
-    step = gemm_step(runtime, p, shape, x_dev, w_dev, b_dev, y_dev,
+    gemm = gemm_step(runtime, p, shape, x_dev, w_dev, b_dev, y_dev,
                      epilogue=prog.activation_options(p) + bias_options(bias),
                      strided_rows=strided)
-    return OpenCLKernel(runtime, p, x_dev, y_dev, [step], 0, keep=[w_dev, b_dev])
+    return OpenCLKernel(runtime, p, x_dev, y_dev, gemm.steps, gemm.workspace_bytes,
+                        keep=[w_dev, b_dev, *gemm.keep])

@@ -1,4 +1,6 @@
-"""The batched GEMM step (kernels/gemm.cl) shared by im2col_gemm, gemm_1x1 and winograd."""
+"""The GEMM step shared by im2col_gemm, gemm_1x1 and winograd: the implicit-GEMM kernel
+(kernels/implicit_gemm.cl) with a 1x1 geometry, so every GEMM-like path gets the same
+local-memory and register tiling, at the device class's default tile and split-K."""
 
 from __future__ import annotations
 
@@ -7,11 +9,8 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from ...problem import ConvProblem
-from . import program as prog
-from .prepared import Step, bind
+from .implicit_gemm import Geometry, Launches, configure, tiled_gemm
 from .runtime import Runtime
-
-RM, RN = 4, 4               # rows x columns of C per work item
 
 
 @dataclass(frozen=True)
@@ -34,21 +33,17 @@ class GemmShape:
 
 def gemm_step(runtime: Runtime, p: ConvProblem, shape: GemmShape, a: cl.Buffer, b: cl.Buffer,
               bias: cl.Buffer, c: cl.Buffer, *, epilogue: list[str] | None,
-              strided_rows: bool = False) -> Step:
-    """A GEMM launch. ``epilogue`` is the bias/activation options (C in the data type), or
-    None for float A/B/C stored raw (Winograd). ``strided_rows`` reads A as the NHWC input
-    subsampled by the problem's stride (gemm_1x1)."""
-    options = prog.dtype_options(p, runtime) + [f"-DRM={RM}", f"-DRN={RN}"]
-    if epilogue is None:
-        options.append("-DGEMM_FLOAT_IO")
-    else:
-        options += ["-DEPILOGUE", *epilogue]
-    if strided_rows:
-        options += ["-DA_ROWS_STRIDED", f"-DSY={p.stride[0]}", f"-DSX={p.stride[1]}"]
-    program = runtime.program(prog.program_source("gemm"), tuple(options))
+              strided_rows: bool = False) -> Launches:
+    """The launches of a GEMM (split-K adds a reduction and its workspace). ``epilogue`` is
+    the bias/activation options (C in the data type), or None for float A/B/C stored raw
+    (Winograd). ``strided_rows`` reads A as the NHWC input subsampled by the problem's stride
+    (gemm_1x1)."""
     s = shape
-    extents = [s.m, s.n, s.kd, s.lda, s.ldb, s.ldc, s.a_batch, s.b_batch, s.c_batch,
-               s.c_batch_col, p.out_h, p.out_w, p.h, p.w]
-    kernel = bind(program, "gemm", [a, b, bias, c, *extents])
-    gws = (-(-s.n // RN), -(-s.m // RM), s.batches)
-    return Step("gemm", kernel, gws, prog.config_id("gemm", p, options, [*extents, s.batches]))
+    if s.lda != s.kd or s.ldb != s.n:
+        raise ValueError(f"the tiled GEMM reads packed A and B (lda = kd, ldb = n), got {s}")
+    geo = Geometry.conv(p) if strided_rows else Geometry.matrix(s.m)
+    config = configure({}, runtime, geo, s.kd, s.n, s.batches)
+    return tiled_gemm(runtime, p, geo, config, c=s.kd, n=s.n, x=a, w=b, bias=bias, y=c,
+                      epilogue=epilogue, ldy=s.ldc, batches=s.batches, a_batch=s.a_batch,
+                      b_batch=s.b_batch, y_batch=s.c_batch + s.c_batch_col,
+                      bias_batch=s.c_batch_col, name="gemm")

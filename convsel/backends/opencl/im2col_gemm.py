@@ -60,5 +60,6 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
                       b_batch=kd * kg, c_batch_col=kg)
     epilogue = prog.activation_options(p) + bias_options(bias)
     gemm = gemm_step(runtime, p, shape, col, w_dev, b_dev, y_dev, epilogue=epilogue)
-    return OpenCLKernel(runtime, p, x_dev, y_dev, [im2col, gemm], plan.sizes["col"],
-                        keep=[w_dev, b_dev, col])
+    return OpenCLKernel(runtime, p, x_dev, y_dev, [im2col, *gemm.steps],
+                        plan.sizes["col"] + gemm.workspace_bytes,
+                        keep=[w_dev, b_dev, col, *gemm.keep])

@@ -1,5 +1,6 @@
-"""Indirect GEMM on OpenCL (kernels/indirect.cl): an indirection buffer of input offsets per
-output pixel and kernel tap, built once at prepare time, replaces im2col's copy."""
+"""Indirect GEMM on OpenCL: an indirection buffer of input offsets per output pixel and
+kernel tap, built once at prepare time, replaces im2col's copy; the GEMM is the tiled
+implicit-GEMM kernel (kernels/implicit_gemm.cl) gathering its A tiles through that buffer."""
 
 from __future__ import annotations
 
@@ -11,21 +12,18 @@ import numpy as np
 from ...problem import ConvProblem
 from ...verdict import Verdict
 from . import program as prog
+from .implicit_gemm import Geometry, configure, tiled_gemm
 from .prepared import (
     NUMPY_DTYPES,
     BufferPlan,
     OpenCLKernel,
-    Step,
     bias_buffer,
     bias_options,
-    bind,
     check_plan,
     io_plan,
     plan_verdict,
 )
 from .runtime import Runtime
-
-RM, RN = 4, 4               # output pixels x output channels per work item
 
 
 def _plan(p: ConvProblem) -> BufferPlan:
@@ -62,15 +60,11 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     b_dev = bias_buffer(runtime, bias, dtype)
     x_dev = runtime.buffer(plan.sizes["x"])
     y_dev = runtime.buffer(plan.sizes["y"])
-    options = (prog.dtype_options(p, runtime) + prog.activation_options(p)
-               + bias_options(bias) + [f"-DKH={p.kh}", f"-DKW={p.kw}", f"-DRM={RM}",
-                                       f"-DRN={RN}"])
-    program = runtime.program(prog.program_source("indirect"), tuple(options))
-    m = p.n * p.out_h * p.out_w
-    extents = [m, p.k, p.c]
-    kernel = bind(program, "indirect_gemm", [x_dev, ind_dev, w_dev, b_dev, y_dev, *extents])
-    step = Step("indirect_gemm", kernel, (-(-p.k // RN), -(-m // RM), 1),
-                prog.config_id("indirect_gemm", p, options,
-                               [*extents, *p.stride, *p.pad, *p.dilation, p.h, p.w]))
-    return OpenCLKernel(runtime, p, x_dev, y_dev, [step], plan.sizes["indirection"],
-                        keep=[w_dev, ind_dev, b_dev])
+    geo = Geometry.conv(p)
+    config = configure({}, runtime, geo, p.c, p.k, merge=False)
+    run = tiled_gemm(runtime, p, geo, config, c=p.c, n=p.k, x=x_dev, w=w_dev, bias=b_dev,
+                     y=y_dev, epilogue=prog.activation_options(p) + bias_options(bias),
+                     indirection=ind_dev, name="indirect_gemm")
+    return OpenCLKernel(runtime, p, x_dev, y_dev, run.steps,
+                        plan.sizes["indirection"] + run.workspace_bytes,
+                        keep=[w_dev, ind_dev, b_dev, *run.keep])

@@ -215,8 +215,18 @@ class Runtime:
         Kernels bound-check their ids, so the global size is rounded up to a multiple of
         the local size (OpenCL 1.2 needs that) when a local size is given.
         """
-        lws = self.tuner.local_size(self, kernel, gws, config_id) if config_id else None
+        lws = self.required_local_size(kernel)
+        if lws is None and config_id:
+            lws = self.tuner.local_size(self, kernel, gws, config_id)
         return self.launch(kernel, gws, lws)
+
+    def required_local_size(self, kernel: cl.Kernel) -> tuple[int, int, int] | None:
+        """The local size a kernel was compiled for (``reqd_work_group_size``: tiled kernels
+        whose local-memory tiles assume it), or None when it leaves the choice open."""
+        size = kernel.get_work_group_info(cl.kernel_work_group_info.COMPILE_WORK_GROUP_SIZE,
+                                          self.device)
+        fixed = tuple(int(v) for v in size)
+        return fixed if any(fixed) else None  # type: ignore[return-value]
 
     def launch(self, kernel: cl.Kernel, gws: tuple[int, int, int],
                lws: tuple[int, int, int] | None) -> cl.Event:

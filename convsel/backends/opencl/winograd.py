@@ -103,6 +103,6 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
                          bind(program, "winograd_output", [m_dev, b_dev, y_dev, *out_ext]),
                          (p.k, tiles, 1),
                          prog.config_id("winograd_output", p, tile_opts, out_ext))
-    workspace = plan.sizes["V"] + plan.sizes["M"] + plan.sizes["U"]
-    return OpenCLKernel(runtime, p, x_dev, y_dev, [transform_in, gemm, transform_out],
-                        workspace, keep=[u_dev, b_dev, v_dev, m_dev])
+    workspace = plan.sizes["V"] + plan.sizes["M"] + plan.sizes["U"] + gemm.workspace_bytes
+    return OpenCLKernel(runtime, p, x_dev, y_dev, [transform_in, *gemm.steps, transform_out],
+                        workspace, keep=[u_dev, b_dev, v_dev, m_dev, *gemm.keep])

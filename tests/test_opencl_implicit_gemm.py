@@ -1,0 +1,131 @@
+"""Implicit GEMM on OpenCL: every declared variant, split-K, merged kernel-row taps and the
+device-class defaults, against the float64 reference with NaN-poisoned outputs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from opencl_support import data, opencl_runtime
+from tolerances import tolerance
+
+from convsel import algorithms
+from convsel.algorithms import constraints
+from convsel.errors import UnsupportedError
+from convsel.problem import ConvProblem
+from convsel.reference import conv2d_reference
+from convsel.rules import default_rules
+from convsel.tuning.layers import default_layer_file, load_layers
+
+pytest.importorskip("pyopencl")
+
+import pyopencl as cl  # noqa: E402
+
+from convsel.backends.opencl import implicit_gemm as ig  # noqa: E402
+from convsel.backends.opencl import prepared  # noqa: E402
+
+RULES = default_rules()
+
+
+@pytest.fixture(autouse=True)
+def _nan_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prepared, "OUTPUT_FILL", np.nan)
+
+
+def _error(p: ConvProblem, params: dict, seed: int = 0) -> tuple[float, object]:
+    rt = opencl_runtime()
+    x, w, b = data(p, seed)
+    kernel = ig.prepare(p, w, b, params, rt)
+    y = kernel.run(x)
+    assert np.isfinite(y).all(), f"{p} {params}: unwritten or non-finite outputs"
+    ref = conv2d_reference(p, x, w, b)
+    plain = p.replace(activation=None)
+    scale = conv2d_reference(plain, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                             np.abs(b.astype(np.float64))).max()
+    return float(np.abs(y.astype(np.float64) - ref).max() / scale), kernel
+
+
+PROBLEMS = [
+    ConvProblem(2, 9, 7, 12, 20, 3, 3, pad=1, activation="relu"),
+    ConvProblem(1, 11, 10, 8, 7, 3, 2, stride=(2, 1), pad=(1, 0, 1, 1), dilation=(2, 1)),
+    ConvProblem(2, 8, 8, 16, 36, 1, 1),
+    ConvProblem(1, 9, 9, 16, 8, 1, 1, stride=2),
+    ConvProblem(2, 6, 6, 8, 12, 3, 3, pad=1, dtype="F16"),
+]
+
+
+@pytest.mark.parametrize("p", PROBLEMS, ids=str)
+def test_every_variant_matches_the_reference(p):
+    found = algorithms.variants("implicit_gemm", p, RULES)
+    assert 1 <= len(found) <= constraints.MAX_VARIANTS
+    for params in found:
+        resolved = algorithms.supports("implicit_gemm", p, RULES, params).params
+        err, _ = _error(p, resolved)
+        assert err <= tolerance("implicit_gemm", p.dtype), (params, err)
+
+
+@pytest.mark.parametrize("split", [2, 3, 7])
+def test_split_k_sums_its_partial_products(split):
+    p = ConvProblem(1, 7, 6, 20, 24, 3, 3, pad=1, activation="leaky_relu")
+    err, kernel = _error(p, {"split": split, "tile": (32, 32, 8, 4, 4)})
+    assert err <= tolerance("implicit_gemm", "F32")
+    assert [s.name for s in kernel.steps] == ["implicit_gemm", "splitk_reduce"]
+    assert kernel.workspace_bytes == split * p.out_h * p.out_w * p.k * 4
+
+
+def test_split_beyond_the_reduction_is_refused():
+    p = ConvProblem(1, 5, 5, 4, 4, 1, 1)             # one slice of 8 channels
+    verdict = ig.supports(p, {"split": 2}, opencl_runtime())
+    assert not verdict.ok and "split 2" in verdict.reason
+
+
+@pytest.mark.parametrize("p", [ConvProblem(2, 15, 13, 3, 16, 7, 7, stride=2, pad=3),
+                               ConvProblem(1, 10, 9, 5, 6, 3, 3, pad=(2, 0, 1, 2))], ids=str)
+def test_few_channels_merge_a_kernel_row(p):
+    geo = ig.Geometry.conv(p)
+    config = ig.configure({}, opencl_runtime(), geo, p.c, p.k)
+    assert config.merge_kw and config.vec == 1
+    for split in (1, 2):
+        err, _ = _error(p, {"split": split})
+        assert err <= tolerance("implicit_gemm", "F32")
+
+
+def test_constraint_names_the_bad_parameter():
+    p = ConvProblem(1, 8, 8, 6, 8, 3, 3, pad=1)
+    assert "WM and WN" in algorithms.supports("implicit_gemm", p, RULES,
+                                              {"tile": (64, 64, 8, 2, 4)}).reason
+    assert "vec 4 needs C and K" in algorithms.supports("implicit_gemm", p, RULES,
+                                                        {"vec": 4}).reason
+    assert "split" in algorithms.supports("implicit_gemm", p, RULES, {"split": 0}).reason
+    grouped = ConvProblem(1, 8, 8, 8, 8, 3, 3, pad=1, groups=2)
+    assert not algorithms.supports("implicit_gemm", grouped, RULES).ok
+    with pytest.raises(UnsupportedError, match="TK"):
+        ig.prepare(p, np.zeros(p.weights_shape, np.float32), None,
+                   {"tile": (64, 64, 5, 4, 4)}, opencl_runtime())
+
+
+def _fake_runtime(kind: int, units: int) -> SimpleNamespace:
+    return SimpleNamespace(device=SimpleNamespace(type=kind, max_compute_units=units))
+
+
+def test_defaults_per_device_class():
+    cpu = _fake_runtime(cl.device_type.CPU, 16)
+    gpu = _fake_runtime(cl.device_type.GPU, 132)
+    assert ig.default_tile(cpu, 10**6, 1024) == ig.CPU_TILE
+    assert ig.default_tile(gpu, 32 * 56 * 56, 256) == ig.GPU_TILE       # plenty of groups
+    assert ig.default_tile(gpu, 49, 512) == (32, 32, 8, 4, 4)           # batch 1, 7x7 map
+    # a 7x7x2048 -> 512 layer at batch 1: split-K gives the GPU enough work-groups
+    assert ig.default_splits(gpu, 49, 512, (32, 32, 8, 4, 4), 256) == 8
+    assert ig.default_splits(cpu, 49, 512, (32, 32, 8, 4, 4), 256) == 1
+    assert ig.default_splits(gpu, 49, 512, (32, 32, 8, 4, 4), 256, batches=16) == 1
+
+
+def test_registry_entry_is_opencl_only_and_never_acls_pick():
+    spec = algorithms.spec("implicit_gemm")
+    assert set(spec.backends) == {"opencl"}
+    layers, _ = load_layers(default_layer_file())
+    for layer in layers:
+        assert algorithms.algorithm_for("GEMM", layer.problem) != "implicit_gemm"
+    order = algorithms.ALGORITHMS
+    assert order.index("implicit_gemm") > order.index("im2col_gemm")

@@ -1,0 +1,59 @@
+"""Kernel parameters as tuned variants on OpenCL: tuning times every implicit-GEMM variant,
+the database keeps each one's timing, and the measured policy runs the winner's parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from opencl_support import data, opencl_runtime
+from tolerances import tolerance
+
+import convsel
+from convsel import algorithms
+from convsel.problem import ConvProblem
+from convsel.reference import conv2d_reference
+from convsel.rules import default_rules
+from convsel.tuning.db import TuningDB
+from convsel.tuning.measure import measure
+from convsel.tuning.timing import TimingSettings
+
+pytest.importorskip("pyopencl")
+
+P = ConvProblem(1, 12, 12, 16, 32, 3, 3, pad=1)
+FAST = TimingSettings(warmup=1, min_runs=2, min_time=0.0, max_runs=3, rounds=1)
+
+
+def test_tuning_times_every_variant_and_the_measured_policy_runs_the_winner(tmp_path):
+    opencl_runtime()
+    labels = {algorithms.label_of("implicit_gemm", v)
+              for v in algorithms.variants("implicit_gemm", P, default_rules())}
+    assert len(labels) >= 3, "the search space should offer a real choice here"
+    others = [a for a in algorithms.ALGORITHMS if a != "implicit_gemm"]
+    found = measure(P, "opencl", settings=FAST, exclude=others)
+    assert labels <= set(found.timings), set(found.timings) ^ labels
+    assert all("median_s" in found.timings[k] for k in labels), found.errors
+    db = TuningDB(tmp_path / "tuning.sqlite")
+    db.record(found.entry())
+
+    x, w, b = data(P, 3)
+    op = convsel.prepare(P, w, b, backend="opencl", policy="measured", db=db)
+    chosen = op.selection.measurement["chosen"]
+    assert op.algorithm == "implicit_gemm" and chosen in labels
+    stored = found.timings[chosen]["params"]
+    assert op.params == {k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()}
+    assert algorithms.label_of(op.algorithm, op.params) == chosen
+    y = op.run(x)
+    ref = conv2d_reference(P, x, w, b)
+    scale = conv2d_reference(P, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                             np.abs(b.astype(np.float64))).max()
+    assert np.abs(y - ref).max() / scale <= tolerance("implicit_gemm", "F32")
+
+
+def test_a_named_variant_runs_through_the_front_door():
+    opencl_runtime()
+    x, w, _ = data(P, 4, bias=False)
+    params = {"tile": (64, 64, 16, 4, 4), "vec": 4, "split": 3}
+    op = convsel.prepare(P, w, backend="opencl", algorithm="implicit_gemm", params=params)
+    assert op.backend == "opencl" and op.params == params
+    ref = conv2d_reference(P, x, w, None)
+    assert np.abs(op.run(x) - ref).max() <= 1e-4 * np.abs(ref).max()
