@@ -58,15 +58,6 @@ class UnauthorizedError(Exception):
         super().__init__(f"{why}: this route needs the API token")
 
 
-class UnsupportedMediaTypeError(Exception):
-    """A request body in a content type the route does not read (HTTP 415)."""
-
-    def __init__(self, content_type: str, accepted: tuple[str, ...]) -> None:
-        self.field, self.value = "content-type", content_type
-        self.rule = f"accepted: {', '.join(accepted)}"
-        super().__init__(f"content-type {content_type!r} is not accepted; {self.rule}")
-
-
 # exception class -> (HTTP status, error code). Looked up along the exception's MRO, so a
 # subclass not listed here gets its nearest listed base's answer.
 ERRORS: dict[type[BaseException], tuple[int, str]] = {
@@ -81,7 +72,6 @@ ERRORS: dict[type[BaseException], tuple[int, str]] = {
     TooLargeError: (413, "too_large"),
     BusyError: (503, "busy"),
     UnauthorizedError: (401, "unauthorized"),
-    UnsupportedMediaTypeError: (415, "unsupported_media_type"),
 }
 
 # Starlette's own HTTP errors (routing, body limit) -> error code.
