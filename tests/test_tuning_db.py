@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 
 import convsel.tuning.db as dbmod
+import convsel.tuning.store.sqlite as sqlite_store
 from convsel import ConvProblem, TuningDatabaseError
 from convsel.tuning.db import TuningDB, TuningEntry, default_path
 
@@ -158,7 +159,7 @@ def _readonly_connect(real):
 
 def test_a_read_only_database_reads_and_refuses_writes(db, monkeypatch):
     db.record(entry())
-    monkeypatch.setattr(dbmod, "_connect", _readonly_connect(dbmod._connect))
+    monkeypatch.setattr(sqlite_store, "_connect", _readonly_connect(sqlite_store._connect))
     ro = TuningDB(db.path)
     assert not ro.writable and "not writable" in ro.read_only_reason
     assert ro.lookup(entry().problem, "numpy", DEVICE) is not None

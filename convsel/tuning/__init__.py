@@ -1,7 +1,8 @@
 """Measurements and their store: time every algorithm on this machine, keep the timings, and
 report how far each policy's pick is from the fastest.
 
-- :mod:`~convsel.tuning.db`: the tuning database (:class:`TuningDB`).
+- :mod:`~convsel.tuning.db`: the tuning database (:class:`TuningDB`): entries and models, in
+  SQLite or PostgreSQL (:mod:`~convsel.tuning.store`: one schema, two engines).
 - :mod:`~convsel.tuning.measure`: ``measure.measure()`` times the variants of one problem
   (through :mod:`convsel.execute`, never the front door).
 - :mod:`~convsel.evaluation.report`: per-layer regret of each policy against the fastest.

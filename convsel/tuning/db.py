@@ -1,10 +1,14 @@
-"""The tuning database: measured winners per (problem, backend, device, versions), in SQLite.
+"""The tuning database: measured winners per (problem, backend, device, versions), and the
+models fitted on them, in SQLite (embedded, the default) or PostgreSQL (shared by replicas).
 
-One file holds every machine's entries, keyed so that an entry is only ever used where it was
-measured: the problem (its canonical ``to_dict`` JSON), the backend, the device identity
-(vendor, name, driver), convsel's version and :data:`IMPLEMENTATIONS_VERSION`. Writes are
-transactions in WAL mode with a busy timeout, so several tuners and the service can share one
-file. Entries travel between machines as JSON (:meth:`TuningDB.export_json`,
+Entries are keyed so that one is only ever used where it was measured: the problem (its
+canonical ``to_dict`` JSON), the backend, the device identity (vendor, name, driver),
+convsel's version and :data:`IMPLEMENTATIONS_VERSION`; models are keyed the same way, less the
+problem. ``CONVSEL_TUNING_DB`` (or ``db=``/``--db``) is a file path for SQLite or a
+``postgresql://user:password@host:port/dbname`` URL: both engines hold one schema
+(:mod:`convsel.tuning.store.schema`), so entries, models, export and import behave alike.
+Writes are transactions; several tuners, service workers and replicas can share one store.
+Entries travel between machines as JSON (:meth:`TuningDB.export_json`,
 :meth:`TuningDB.import_json`), the way MIOpen ships its system find-db.
 """
 
@@ -12,11 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import closing, contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,156 +29,121 @@ from .._version import __version__
 from ..errors import TuningDatabaseError
 from ..problem import ConvProblem
 from .entry import DEVICE_FIELDS, IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
+from .store import Engine, is_url
+from .store.schema import (
+    APPLICATION,
+    ENTRY_COLUMNS,
+    ENTRY_KEY,
+    ENV_VAR,
+    MODEL_COLUMNS,
+    MODEL_KEY,
+    MODEL_KEY_FIELDS,
+    SCHEMA_VERSION,
+    upsert,
+)
+from .store.sqlite import SQLiteEngine
 
-SCHEMA_VERSION = 1
-APPLICATION = "convsel-tuning"
+__all__ = ["APPLICATION", "EXPORT_FORMAT", "ENV_VAR", "MODEL_KEY_FIELDS", "SCHEMA_VERSION",
+           "TuningDB", "TuningEntry", "close_open", "default_path", "default_target", "open_db",
+           "problem_key"]
+
 EXPORT_FORMAT = "convsel-tuning-export"
-ENV_VAR = "CONVSEL_TUNING_DB"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entries (
-    problem TEXT NOT NULL, backend TEXT NOT NULL, vendor TEXT NOT NULL, device TEXT NOT NULL,
-    driver TEXT NOT NULL, convsel_version TEXT NOT NULL, implementations_version TEXT NOT NULL,
-    winner TEXT, tie TEXT NOT NULL, timings TEXT NOT NULL, created REAL NOT NULL,
-    PRIMARY KEY (problem, backend, vendor, device, driver, convsel_version,
-                 implementations_version));
-"""
-_COLUMNS = ("problem", "backend", "vendor", "device", "driver", "convsel_version",
-            "implementations_version", "winner", "tie", "timings", "created")
+_COLUMNS = ENTRY_COLUMNS
+_ENTRY_UPSERT = upsert("entries", ENTRY_COLUMNS, ENTRY_KEY)
+_ENTRY_IMPORT = upsert("entries", ENTRY_COLUMNS, ENTRY_KEY, only_if_newer=True)
+_MODEL_UPSERT = upsert("models", MODEL_COLUMNS, MODEL_KEY)
 
 
 def default_path() -> Path:
-    """``$CONVSEL_TUNING_DB``, else ``tuning.sqlite`` in the user's data directory."""
+    """The SQLite file used by default: ``$CONVSEL_TUNING_DB`` when it is a path, else
+    ``tuning.sqlite`` in the user's data directory."""
     env = config.current().tuning_db
-    if env:
+    if env and not is_url(env):
         return Path(env).expanduser()
     return platformdirs.user_data_path("convsel") / "tuning.sqlite"
 
 
+def default_target() -> str | Path:
+    """``$CONVSEL_TUNING_DB`` as given (a PostgreSQL URL or a path), else :func:`default_path`."""
+    env = config.current().tuning_db
+    return env.strip() if env and is_url(env) else default_path()
+
+
 class TuningDB:
-    """A tuning database file. Opening checks it is convsel's; each call uses a short
-    connection, so one object can serve several threads.
+    """A tuning database: an SQLite file or a PostgreSQL database. Opening checks it is
+    convsel's (creating or migrating its tables as needed); one object serves several threads
+    (SQLite: a short connection per call; PostgreSQL: a connection pool).
 
     Parameters
     ----------
     path : str or Path, optional
-        Defaults to :func:`default_path`. A missing file is created (with its directory).
+        An SQLite file path (a missing file is created, with its directory) or a
+        ``postgresql://`` URL. Defaults to :func:`default_target`.
     timeout : float
-        Seconds a write waits for another writer before giving up.
+        Seconds a write waits for another writer (SQLite) or for a connection (PostgreSQL).
+
+    Attributes
+    ----------
+    engine : str
+        ``"sqlite"`` or ``"postgresql"``.
+    location : str
+        The file path, or the URL without its password; safe to print.
+    path : Path or str
+        The SQLite file's Path, or ``location`` for PostgreSQL.
 
     Raises
     ------
     TuningDatabaseError
-        The file is not SQLite, is another program's SQLite file, was written by a newer
-        convsel, or can be neither created nor read.
+        The file is not SQLite, or the database is another program's, was written by a newer
+        convsel, cannot be created or read; the server cannot be reached or refuses the
+        credentials.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0):
-        self.path = Path(path).expanduser() if path is not None else default_path()
+        target = path if path is not None else default_target()
         self.timeout = timeout
-        self.writable = True
-        self.read_only_reason = ""
-        self._ro_query = "mode=ro"
-        self._open_and_check()
+        self._store: Engine
+        if is_url(target):
+            from .store.postgres import PostgresEngine
+
+            self._store = PostgresEngine(str(target).strip(), timeout=timeout)
+            self.path: Path | str = self._store.location
+        else:
+            _refuse_mangled_url(target)
+            self._store = SQLiteEngine(target, timeout=timeout)
+            self.path = self._store.path
 
     def __repr__(self) -> str:
-        return f"TuningDB({str(self.path)!r}{'' if self.writable else ', read-only'})"
+        return f"TuningDB({self.location!r}{'' if self.writable else ', read-only'})"
 
-    # -- opening ------------------------------------------------------------------------------
-    def _open_and_check(self) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            self._open_read_only(f"cannot create {self.path.parent}: {exc.strerror or exc}")
-            return
-        try:
-            with closing(self._connect()) as con:
-                self._initialise(con)
-                _probe_write(con)
-        except sqlite3.DatabaseError as exc:
-            if not _is_permission_error(exc):
-                raise self._error(exc) from exc
-            self._open_read_only(f"{self.path} is not writable ({exc})")
+    @property
+    def engine(self) -> str:
+        return self._store.name
 
-    def _open_read_only(self, reason: str) -> None:
-        if not self.path.exists():
-            raise TuningDatabaseError(f"tuning database {self.path}: {reason}, and no database "
-                                      f"exists there to read; set {ENV_VAR} to a writable path")
-        self.writable, self.read_only_reason = False, reason
-        for mode in ("mode=ro", "immutable=1"):
-            # A WAL file in a read-only directory cannot get its -shm file; immutable reads it
-            # without one (and without seeing later writes by others, which is acceptable).
-            self._ro_query = mode
-            try:
-                with closing(self._connect()) as con:
-                    self._check(con)
-                return
-            except sqlite3.OperationalError as exc:
-                if mode == "immutable=1" or not _is_permission_error(exc):
-                    raise self._error(exc) from exc
-            except sqlite3.DatabaseError as exc:
-                raise self._error(exc) from exc
+    @property
+    def location(self) -> str:
+        return self._store.location
 
-    def _connect(self) -> sqlite3.Connection:
-        if self.writable:
-            con = _connect(str(self.path), self.timeout, uri=False)
-            con.execute("PRAGMA journal_mode=WAL")   # readers never block the writer
-        else:
-            con = _connect(f"{self.path.resolve().as_uri()}?{self._ro_query}", self.timeout,
-                           uri=True)
-        con.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        return con
+    @property
+    def writable(self) -> bool:
+        return self._store.writable
 
-    def _initialise(self, con: sqlite3.Connection) -> None:
-        tables = _tables(con)
-        if not tables:
-            with _transaction(con):
-                for statement in _SCHEMA.split(";"):  # executescript would COMMIT first
-                    con.execute(statement)
-                con.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)",
-                                [("application", APPLICATION),
-                                 ("schema_version", str(SCHEMA_VERSION))])
-        self._check(con)
+    @property
+    def read_only_reason(self) -> str:
+        return self._store.read_only_reason
 
-    def _check(self, con: sqlite3.Connection) -> None:
-        tables = _tables(con)
-        if "meta" not in tables:
-            raise TuningDatabaseError(
-                f"{self.path} is an SQLite file of another program (tables: "
-                f"{', '.join(sorted(tables)) or 'none'}), not a convsel tuning database; "
-                f"point {ENV_VAR} or --db elsewhere")
-        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-        if meta.get("application") != APPLICATION:
-            raise TuningDatabaseError(f"{self.path} is not a convsel tuning database "
-                                      f"(application={meta.get('application')!r})")
-        version = int(meta.get("schema_version", "0"))
-        if version > SCHEMA_VERSION:
-            raise TuningDatabaseError(
-                f"{self.path} has schema version {version}, written by a newer convsel; this "
-                f"convsel {__version__} reads schema {SCHEMA_VERSION}")
-        if version < SCHEMA_VERSION or "entries" not in tables:
-            raise TuningDatabaseError(f"{self.path} has schema version {version} and no "
-                                      f"migration to {SCHEMA_VERSION}")
+    @property
+    def schema_version(self) -> int:
+        return self._store.schema_version
 
-    def _error(self, exc: sqlite3.Error) -> TuningDatabaseError:
-        text = str(exc).lower()
-        if "locked" in text or "busy" in text:
-            why = f"another process held it longer than the {self.timeout:g} s busy timeout"
-        elif _is_permission_error(exc):
-            why = "the file or its directory is not writable"
-        else:
-            why = "a corrupt file, or not an SQLite database; move it away"
-        return TuningDatabaseError(f"tuning database {self.path} cannot be used: {exc} ({why}; "
-                                   f"or set {ENV_VAR} / --db to another path)")
+    def close(self) -> None:
+        """Close the PostgreSQL connection pool (nothing to do for SQLite)."""
+        self._store.close()
 
-    @contextmanager
-    def _session(self) -> Iterator[sqlite3.Connection]:
-        try:
-            with closing(self._connect()) as con:
-                yield con
-        except sqlite3.DatabaseError as exc:
-            raise self._error(exc) from exc
+    def _require_writable(self, what: str) -> None:
+        if not self.writable:
+            raise TuningDatabaseError(f"tuning database {self.location} is read-only "
+                                      f"({self.read_only_reason}); {what}")
 
     # -- reading ------------------------------------------------------------------------------
     def lookup(self, problem: ConvProblem, backend: str,
@@ -185,11 +152,9 @@ class TuningDB:
         and these implementations; None if there is none."""
         key = (problem_key(problem), backend, *(str(device[k]) for k in DEVICE_FIELDS),
                __version__, IMPLEMENTATIONS_VERSION)
-        with self._session() as con:
-            row = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM entries WHERE problem=? AND "
-                              "backend=? AND vendor=? AND device=? AND driver=? AND "
-                              "convsel_version=? AND implementations_version=?", key).fetchone()
-        return _entry(row) if row else None
+        rows = self._store.rows(f"SELECT {', '.join(_COLUMNS)} FROM entries WHERE "
+                                + " AND ".join(f"{c}=?" for c in ENTRY_KEY), key)
+        return _entry(rows[0]) if rows else None
 
     def entries(self, *, backend: str | None = None,
                 device: Mapping[str, str] | None = None) -> list[TuningEntry]:
@@ -203,17 +168,21 @@ class TuningDB:
             args += [str(device[k]) for k in DEVICE_FIELDS]
         sql = f"SELECT {', '.join(_COLUMNS)} FROM entries"
         sql += f" WHERE {' AND '.join(where)}" if where else ""
-        with self._session() as con:
-            rows = con.execute(sql + " ORDER BY created", args).fetchall()
+        rows = self._store.rows(sql + " ORDER BY created, backend, problem", args)
         return [_entry(row) for row in rows]
 
     def status(self) -> dict[str, Any]:
-        """JSON-ready health: path, writable, entry count (for /readyz and ``convsel db``)."""
-        with self._session() as con:
-            count = con.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
-        return {"path": str(self.path), "ok": True, "writable": self.writable,
-                "read_only_reason": self.read_only_reason or None, "entries": count,
-                "schema_version": SCHEMA_VERSION}
+        """JSON-ready health (for /readyz, /v1/tuning and ``convsel db``): ``engine``,
+        ``path`` (the SQLite file, or the PostgreSQL URL without its password: one key, so a
+        service that hides host paths hides both), writable, entry and model counts, schema
+        version."""
+        count = self._store.rows("SELECT COUNT(*) FROM entries")[0][0]
+        models = (self._store.rows("SELECT COUNT(*) FROM models")[0][0]
+                  if self.schema_version >= 2 else 0)
+        return {"engine": self.engine, "path": self.location,
+                "ok": True, "writable": self.writable,
+                "read_only_reason": self.read_only_reason or None, "entries": int(count),
+                "models": int(models), "schema_version": self.schema_version}
 
     # -- writing ------------------------------------------------------------------------------
     def record(self, entry: TuningEntry) -> None:
@@ -222,22 +191,75 @@ class TuningDB:
 
     def record_many(self, entries: list[TuningEntry]) -> None:
         """Insert or replace several entries in one transaction: all or none are written."""
-        if not self.writable:
-            raise TuningDatabaseError(f"tuning database {self.path} is read-only "
-                                      f"({self.read_only_reason}); nothing was recorded")
-        rows = [_row(e) for e in entries]
-        with self._session() as con, _transaction(con):
-            con.executemany(f"INSERT OR REPLACE INTO entries ({', '.join(_COLUMNS)}) VALUES "
-                            f"({', '.join('?' * len(_COLUMNS))})", rows)
+        self._require_writable("nothing was recorded")
+        self._write_entries(_ENTRY_UPSERT, entries)
+
+    def _write_entries(self, sql: str, entries: list[TuningEntry]) -> None:
+        # One order for every writer, so two transactions over the same keys cannot deadlock.
+        rows = sorted({_key(e): _row(e) for e in entries}.values())
+        with self._store.transaction() as tx:
+            tx.executemany(sql, rows)
 
     def delete(self, *, backend: str | None = None) -> int:
         """Remove every entry (of one backend); returns how many."""
-        if not self.writable:
-            raise TuningDatabaseError(f"tuning database {self.path} is read-only")
-        with self._session() as con, _transaction(con):
-            cur = (con.execute("DELETE FROM entries WHERE backend=?", (backend,)) if backend
-                   else con.execute("DELETE FROM entries"))
-            return int(cur.rowcount)
+        self._require_writable("nothing was deleted")
+        with self._store.transaction() as tx:
+            return (tx.execute("DELETE FROM entries WHERE backend=?", (backend,)) if backend
+                    else tx.execute("DELETE FROM entries"))
+
+    # -- models ---------------------------------------------------------------------------------
+    def save_model(self, key: Mapping[str, str], family: str, model: Mapping[str, Any],
+                   meta: Mapping[str, Any]) -> None:
+        """Insert or replace the model for ``key`` (backend, vendor, device, driver) under this
+        convsel's and these implementations' versions. ``model`` and ``meta`` are stored as
+        JSON text (never pickled), so they must be JSON-serialisable."""
+        self._require_writable("the model was not saved")
+        try:
+            model_text = json.dumps(model, sort_keys=True, allow_nan=False)
+            meta_text = json.dumps(meta, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TuningDatabaseError(f"model {family!r} cannot be stored: model and meta must "
+                                      f"be JSON-serialisable ({exc})") from exc
+        row = (*_model_key(key), str(family), model_text, meta_text, time.time())
+        with self._store.transaction() as tx:
+            tx.execute(_MODEL_UPSERT, row)
+
+    def load_model(self, key: Mapping[str, str]) -> dict[str, Any] | None:
+        """``{"family", "model", "meta", "created"}`` for ``key`` saved by this convsel and
+        these implementations; None if there is none."""
+        if self.schema_version < 2:
+            return None   # a read-only file from before models existed holds none
+        rows = self._store.rows("SELECT family, model, meta, created FROM models WHERE "
+                                + " AND ".join(f"{c}=?" for c in MODEL_KEY), _model_key(key))
+        if not rows:
+            return None
+        family, model, meta, created = rows[0]
+        return {"family": family, "model": self._json(model, "model", key),
+                "meta": self._json(meta, "meta", key), "created": created}
+
+    def models(self) -> list[dict[str, Any]]:
+        """Every stored model (any version), without its body: key fields, versions, family,
+        meta and created, oldest first."""
+        if self.schema_version < 2:
+            return []
+        columns = (*MODEL_KEY, "family", "meta", "created")
+        rows = self._store.rows(f"SELECT {', '.join(columns)} FROM models "
+                                "ORDER BY created, backend, device")
+        out = []
+        for row in rows:
+            item = dict(zip(columns, row, strict=True))
+            item["meta"] = self._json(item["meta"], "meta", item)
+            out.append(item)
+        return out
+
+    def _json(self, text: str, what: str, key: Mapping[str, Any]) -> Any:
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as exc:
+            where = ", ".join(f"{k}={key.get(k)!r}" for k in MODEL_KEY_FIELDS)
+            raise TuningDatabaseError(f"tuning database {self.location}: the stored {what} of the "
+                                      f"model for {where} is not valid JSON ({exc}); save the "
+                                      f"model again or delete it") from exc
 
     # -- moving between machines --------------------------------------------------------------
     def export_json(self) -> dict[str, Any]:
@@ -261,48 +283,32 @@ class TuningDB:
                 incoming.append(TuningEntry.from_dict(raw))
             except (ValueError, TypeError, KeyError) as exc:
                 rejected.append(f"entry {i}: {exc}")
+        self._require_writable("nothing was imported")
         existing = {_key(e): e.created for e in self.entries()}
         newer = [e for e in incoming if existing.get(_key(e), -1.0) < e.created]
-        self.record_many(newer)
+        # The upsert keeps a row another writer made newer since the read above.
+        self._write_entries(_ENTRY_IMPORT, newer)
         return {"imported": len(newer), "kept": len(incoming) - len(newer),
                 "rejected": rejected}
 
 
-def _connect(target: str, timeout: float, *, uri: bool) -> sqlite3.Connection:
-    # autocommit mode: transactions are explicit (BEGIN IMMEDIATE), never implicit.
-    return sqlite3.connect(target, timeout=timeout, uri=uri, isolation_level=None,
-                           check_same_thread=False)
+def _refuse_mangled_url(target: str | os.PathLike[str]) -> None:
+    # Path("postgresql://u:pw@h/db") is "postgresql:/u:pw@h/db": opening it would create an
+    # SQLite file named after the URL, password included, instead of reaching the server.
+    text = os.fspath(target)
+    if text.lower().startswith(("postgresql:", "postgres:")):
+        raise TuningDatabaseError(
+            f"tuning database {text.split(':', 1)[0]}:/...: a PostgreSQL URL that was turned "
+            f"into a file path (its '//' is lost); pass {ENV_VAR} / --db as a string "
+            f"postgresql://user:password@host:port/dbname")
 
 
-@contextmanager
-def _transaction(con: sqlite3.Connection) -> Iterator[None]:
-    # IMMEDIATE takes the write lock up front, so two writers queue on busy_timeout instead
-    # of one failing when it upgrades a read lock.
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")
-
-
-def _tables(con: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
-def _probe_write(con: sqlite3.Connection) -> None:
-    # SQLite opens an unwritable file read-only without a word; only a write tells.
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        con.execute("UPDATE meta SET value=value WHERE key='application'")
-    finally:
-        con.execute("ROLLBACK")
-
-
-def _is_permission_error(exc: sqlite3.Error) -> bool:
-    text = str(exc).lower()
-    return any(s in text for s in ("readonly", "read-only", "unable to open", "permission"))
+def _model_key(key: Mapping[str, str]) -> tuple[str, ...]:
+    missing = [k for k in MODEL_KEY_FIELDS if k not in key]
+    if missing:
+        raise TuningDatabaseError(f"model key {dict(key)!r} lacks {', '.join(missing)}; a "
+                                  f"model key has {', '.join(MODEL_KEY_FIELDS)}")
+    return (*(str(key[k]) for k in MODEL_KEY_FIELDS), __version__, IMPLEMENTATIONS_VERSION)
 
 
 def _key(e: TuningEntry) -> tuple[str, ...]:
@@ -317,26 +323,47 @@ def _row(e: TuningEntry) -> tuple[Any, ...]:
 
 def _entry(row: tuple[Any, ...]) -> TuningEntry:
     problem, backend, vendor, device, driver, cv, iv, winner, tie, timings, created = row
-    return TuningEntry(problem=ConvProblem.from_dict(json.loads(problem)), backend=backend,
-                       device={"vendor": vendor, "name": device, "driver": driver},
-                       winner=winner, tie=tuple(json.loads(tie)), timings=json.loads(timings),
-                       convsel_version=cv, implementations_version=iv, created=created)
+    try:
+        return TuningEntry(problem=ConvProblem.from_dict(json.loads(problem)), backend=backend,
+                           device={"vendor": vendor, "name": device, "driver": driver},
+                           winner=winner, tie=tuple(json.loads(tie)),
+                           timings=json.loads(timings), convsel_version=cv,
+                           implementations_version=iv, created=float(created))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise TuningDatabaseError(f"a stored entry ({backend}, {device}, problem "
+                                  f"{str(problem)[:200]}) is corrupt: {exc}; delete it or "
+                                  f"import a good export") from exc
 
 
-_open: dict[Path, TuningDB] = {}
+_open: dict[tuple[int, str | Path], TuningDB] = {}
 _open_lock = threading.Lock()
 
 
 def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
-    """``db`` itself, or the (cached) database at that path or the default path.
+    """``db`` itself, or the (cached) database at that path or URL, or the default one.
 
-    Raises TuningDatabaseError when the file cannot be used; a failure is not cached, so a
-    repaired file is picked up on the next call.
+    Cached per process (a forked child opens its own connections) and per path or URL.
+    Raises TuningDatabaseError when the store cannot be used; a failure is not cached, so a
+    repaired file or a restarted server is picked up on the next call.
     """
     if isinstance(db, TuningDB):
         return db
-    path = Path(db).expanduser() if db is not None else default_path()
+    target = db if db is not None else default_target()
+    key: str | Path = str(target).strip() if is_url(target) else Path(target).expanduser()
     with _open_lock:
-        if path not in _open:
-            _open[path] = TuningDB(path)
-        return _open[path]
+        if (os.getpid(), key) not in _open:
+            _open[(os.getpid(), key)] = TuningDB(key)
+        return _open[(os.getpid(), key)]
+
+
+def close_open(db: str | os.PathLike[str] | None = None) -> None:
+    """Close and forget this process's cached databases (every one, or the one at ``db``):
+    their PostgreSQL pools give their connections back to the server."""
+    wanted = None if db is None else (
+        str(db).strip() if is_url(db) else Path(db).expanduser())
+    with _open_lock:
+        for pid, target in list(_open):
+            if wanted is None or target == wanted:
+                database = _open.pop((pid, target))
+                if pid == os.getpid():   # a parent's pool is not ours to close
+                    database.close()

@@ -54,7 +54,8 @@ def _blas_threads() -> str:
 
 def describe() -> dict[str, Any]:
     """JSON-ready state for the service's /v1/backends: availability, the one CPU "device",
-    the algorithms this backend implements, and how many threads its BLAS and FFT use."""
+    the algorithms this backend implements, and how many threads its FFT uses (the cores
+    this process may run on)."""
     from .. import IMPLEMENTATIONS
     from .common import WORKERS
 
@@ -62,4 +63,4 @@ def describe() -> dict[str, Any]:
     return {"backend": "numpy", "available": ready.ok, "reason": ready.reason,
             "devices": [device_identity()],
             "algorithms": sorted(a for (a, b) in IMPLEMENTATIONS if b == "numpy"),
-            "counters": {"cpu_count": WORKERS, "fft_workers": WORKERS}}
+            "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": WORKERS}}

@@ -26,7 +26,16 @@ ITEM = 4   # bytes of a float32: all workspaces hold float32
 # The correctness tests set NaN so that an element an algorithm forgets to write fails.
 OUTPUT_FILL: float | None = None
 
-WORKERS = os.cpu_count() or 1
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+# Threads for scipy.fft: the cores this process may run on (a run pinned with taskset to two
+# of sixteen cores gets two, not sixteen threads fighting over two cores).
+WORKERS = _usable_cores()
 
 # Largest per-piece buffer (bytes) an algorithm allocates: a bigger problem is processed in
 # pieces (rows of output of one image) so that im2col of a 1080p 9x9 layer is not a 40 GiB

@@ -2,7 +2,8 @@
 
 For each kernel tap (i, j), the input pixels it reads form a strided view of the unpadded
 input; the outputs whose tap falls inside the image get ``view @ w[i, j]`` added. Padding is
-never materialised: each tap just skips the output rows and columns that would read it. The
+not materialised (each tap skips the output rows and columns that would read it), except for
+depthwise problems, where a padded copy makes every tap one pass over whole rows. The
 output is processed in bands of rows so the one scratch buffer (a band's product) stays
 small and in cache; that buffer is the whole workspace.
 
@@ -10,8 +11,11 @@ Depthwise convolution (one input channel per group) is an elementwise multiply-a
 which is what MobileNet's layers need: the tap's weights are pre-tiled along a whole output
 row so that, at unit stride, each multiply runs over long contiguous rows instead of
 broadcasting C values. Other grouped problems contract each group's channels with einsum.
-(Spreading depthwise bands over a thread pool was tried and was slower: the per-tap numpy
-operations are short and memory-bound, and the threads contend for the GIL between them.)
+The bias is added per band while it is in cache, and a tap that covers the whole band
+initialises it. (Spreading bands over a thread pool was tried again, with BLAS switched to
+one thread meanwhile, and was 1.4-1.5x slower, on the development machine and on the quiet
+two-core host alike: the per-tap numpy operations are short, and the threads queue for the
+GIL between them.)
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import numpy as np
 
 from ...problem import ConvProblem
 from ...verdict import Verdict
-from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
+from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output, padded_bytes
 from .epilogue import finish
+from .profile import phase
 
 BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays in L2)
 
@@ -58,46 +63,71 @@ class Direct(Prepared):
             self.taps = as_f32(w.reshape(g, kg, p.kh, p.kw, cg).transpose(2, 3, 0, 4, 1))
         self.band = max(1, BAND_ELEMENTS // (p.out_w * p.k))   # output rows per band
         band_elements = min(self.band, p.out_h) * p.out_w * p.k
-        f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
-        super().__init__(p, bias, band_elements * ITEM + f16_copy)
+        # Depthwise taps are two memory-bound passes each, and a tap clipped by padding
+        # runs over a ragged sub-block: a padded copy of the input (one pass) makes every
+        # tap a full-band, contiguous-row pass. Dense direct keeps its tiny workspace.
+        self.pad_input = cg == 1 and kg == 1 and g > 1 and any(p.pad)
+        top, bottom, left, right = p.pad if self.pad_input else (0, 0, 0, 0)
+        padded = padded_bytes(p) if self.pad_input else 0
+        f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" and not padded else 0
+        super().__init__(p, bias, band_elements * ITEM + f16_copy + padded)
         sy, sx = p.stride
         dy, dx = p.dilation
-        self.rows = [_valid(p.out_h, sy, p.pad[0], i * dy, p.h) for i in range(p.kh)]
-        self.cols = [_valid(p.out_w, sx, p.pad[2], j * dx, p.w) for j in range(p.kw)]
+        self.before = (p.pad[0] - top, p.pad[2] - left)   # padding the taps still skip
+        h, w = p.h + top + bottom, p.w + left + right
+        self.rows = [_valid(p.out_h, sy, self.before[0], i * dy, h) for i in range(p.kh)]
+        self.cols = [_valid(p.out_w, sx, self.before[1], j * dx, w) for j in range(p.kw)]
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
-        x = self.float32(check_x(p, x))
+        with phase("pad"):
+            x = check_x(p, x)
+            x = self.padded(x, *p.pad) if self.pad_input else self.float32(x)
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         for n in range(p.n):
             for top in range(0, p.out_h, self.band):
                 self._band(x, y, n, top)
-        return finish(p, y, self.bias)
+        return finish(p, y, None)
 
     def _band(self, x: np.ndarray, y: np.ndarray, n: int, top: int) -> None:
-        """Write output rows [top, top + band) of image n: the sum of every tap."""
+        """Write output rows [top, top + band) of image n: the sum of every tap, plus bias.
+
+        A tap that reaches every output of the band (one that reads no padding there)
+        writes the band directly, so no pass is spent clearing it; the bias is added while
+        the band is still in cache."""
         p = self.problem
         bottom = min(p.out_h, top + self.band)
         acc = y[n, top:bottom]
-        acc.fill(0.0)
         x = x[n]
         scratch = self.scratch("band", (min(self.band, p.out_h) * p.out_w * p.k,))
         sy, sx = p.stride
         dy, dx = p.dilation
+        taps = []
         for i, (lo, hi) in enumerate(self.rows):
             r0, r1 = max(lo, top), min(hi, bottom)
-            if r0 >= r1:
-                continue
-            iy = r0 * sy - p.pad[0] + i * dy
             for j, (c0, c1) in enumerate(self.cols):
-                if c0 >= c1:
-                    continue
-                ix = c0 * sx - p.pad[2] + j * dx
+                if r0 < r1 and c0 < c1:
+                    full = (r0, r1, c0, c1) == (top, bottom, 0, p.out_w)
+                    taps.append((not full, i, j, r0, r1, c0, c1))
+        taps.sort()   # a tap covering the whole band (if any) first
+        first = bool(taps) and not taps[0][0]
+        with phase("elementwise"):
+            if not first:
+                acc[...] = 0.0 if self.bias is None else self.bias
+            for k, (_, i, j, r0, r1, c0, c1) in enumerate(taps):
+                iy = r0 * sy - self.before[0] + i * dy
+                ix = c0 * sx - self.before[1] + j * dx
                 window = x[iy: iy + (r1 - r0 - 1) * sy + 1: sy,
                            ix: ix + (c1 - c0 - 1) * sx + 1: sx]
+                if k == 0 and first:
+                    self._tap(window, self.taps[i, j], acc)
+                    continue
                 product = scratch[: (r1 - r0) * (c1 - c0) * p.k].reshape(r1 - r0, c1 - c0, p.k)
                 self._tap(window, self.taps[i, j], product)
-                acc[r0 - top: r1 - top, c0:c1] += product
+                part = acc[r0 - top: r1 - top, c0:c1]
+                np.add(part, product, out=part)
+            if first and self.bias is not None:
+                np.add(acc, self.bias, out=acc)
 
     def _tap(self, window: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         """``out = window ⋆ w`` for one tap: a GEMM, a depthwise scale, or grouped einsum."""

@@ -32,6 +32,7 @@ from .common import (
     pieces,
 )
 from .epilogue import finish
+from .profile import phase
 
 MIN_FFT = 16                  # smallest block side worth an FFT
 MAX_SPECTRUM_BYTES = 1 << 30  # the filter spectrum (complex64) must fit this
@@ -105,8 +106,10 @@ class Fft(Prepared):
                 continue
             full = self._blocks(blocks[images, rows])
             skip = first * sy - rows.start * ty
-            np.copyto(y[images, first:last], full[:, skip: skip + (last - first - 1) * sy + 1: sy,
-                                                  : (p.out_w - 1) * sx + 1: sx])
+            with phase("copy"):
+                np.copyto(y[images, first:last],
+                          full[:, skip: skip + (last - first - 1) * sy + 1: sy,
+                               : (p.out_w - 1) * sx + 1: sx])
         return finish(p, y, self.bias)
 
     def _blocks(self, blocks: np.ndarray) -> np.ndarray:
@@ -114,12 +117,16 @@ class Fft(Prepared):
         p = self.problem
         (fy, fx), (ty, tx) = self.size, self.valid
         n, rows, bx = blocks.shape[:3]
-        spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=WORKERS)
+        with phase("fft"):
+            spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=WORKERS)
         count = n * rows * bx
-        grid = np.ascontiguousarray(spectra.reshape(count, p.c, -1).transpose(2, 0, 1))
-        product = np.matmul(grid, self.w)                                # F, P, K
-        product = product.transpose(1, 2, 0).reshape(count, p.k, fy, fx // 2 + 1)
-        spatial = scipy.fft.irfft2(product, s=(fy, fx), workers=WORKERS)[..., :ty, :tx]
+        with phase("copy"):
+            grid = np.ascontiguousarray(spectra.reshape(count, p.c, -1).transpose(2, 0, 1))
+        with phase("blas"):
+            product = np.matmul(grid, self.w)                            # F, P, K
+        with phase("fft"):
+            product = product.transpose(1, 2, 0).reshape(count, p.k, fy, fx // 2 + 1)
+            spatial = scipy.fft.irfft2(product, s=(fy, fx), workers=WORKERS)[..., :ty, :tx]
         full = spatial.reshape(n, rows, bx, p.k, ty, tx).transpose(0, 1, 4, 2, 5, 3)
         return full.reshape(n, rows * ty, bx * tx, p.k)
 

@@ -1,7 +1,12 @@
-"""1×1 convolution as one GEMM over channels: (N·H·W × C) @ (C × K).
+"""1x1 convolution as one GEMM: (N·OH·OW × C) @ (C × K), the bias folded into it.
 
 With unit stride the NHWC input already is the GEMM's left matrix, so nothing is copied;
 a strided 1×1 first subsamples the input (the only workspace), then runs the same GEMM.
+The bias costs no pass of its own: when the output is wider than the input (C + 1 < K),
+the input is copied with a column of ones next to it and the weights carry the bias as an
+extra row (copying N·OH·OW·(C+1) floats is cheaper than touching N·OH·OW·K again);
+otherwise the bias is added right after the GEMM
+(:func:`~convsel.backends.numpy.blas.gemm_bias`).
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ import numpy as np
 
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
+from .blas import gemm_bias
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
+from .profile import phase
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:
@@ -26,12 +33,20 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> 
 
 
 class Gemm1x1(Prepared):
-    """``y = x[:, ::sy, ::sx] @ w.T``; no copy of ``x`` at unit stride (F32)."""
+    """``y = x[:, ::sy, ::sx] @ w.T + bias``; no copy of ``x`` at unit stride (F32) unless
+    the bias rides along as a column of ones."""
 
     def __init__(self, p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None) -> None:
         self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)          # C × K
+        self.augmented = bias is not None and p.c + 1 < p.k
+        if self.augmented:
+            self.w = as_f32(np.vstack([self.w, as_f32(bias)[None]]))   # (C + 1) × K
         strided = p.stride != (1, 1) or p.dilation != (1, 1)
-        copy = p.n * p.out_h * p.out_w * p.c * ITEM if strided or p.dtype == "F16" else 0
+        rows = p.n * p.out_h * p.out_w
+        if self.augmented:
+            copy = rows * (p.c + 1) * ITEM
+        else:
+            copy = rows * p.c * ITEM if strided or p.dtype == "F16" else 0
         super().__init__(p, bias, copy)
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -39,13 +54,21 @@ class Gemm1x1(Prepared):
         x = check_x(p, x)
         sy, sx = p.stride
         if (sy, sx) != (1, 1):
-            x = self.float32(x[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx])
-        else:
-            x = self.float32(x)
+            x = x[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx]
         rows = p.n * p.out_h * p.out_w
         y = new_output((p.n, p.out_h, p.out_w, p.k))
-        np.matmul(x.reshape(rows, p.c), self.w, out=y.reshape(rows, p.k))
-        return finish(p, y, self.bias)
+        if self.augmented:
+            with phase("copy"):
+                a = self.scratch("augmented", (*x.shape[:3], p.c + 1))
+                np.copyto(a[..., : p.c], x)
+                a[..., p.c] = 1.0
+            with phase("blas"):
+                np.matmul(a.reshape(rows, p.c + 1), self.w, out=y.reshape(rows, p.k))
+        else:
+            with phase("copy"):
+                x = self.float32(x)
+            gemm_bias(x.reshape(rows, p.c), self.w, self.bias, y.reshape(rows, p.k))
+        return finish(p, y, None)
 
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,

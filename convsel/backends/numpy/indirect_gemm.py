@@ -18,8 +18,10 @@ import numpy as np
 
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
+from .blas import gemm_bias
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
+from .profile import phase
 
 BLOCK_ELEMENTS = 1 << 20   # floats in one gathered block (4 MiB): rows of the GEMM per call
 MIN_BLOCK_ROWS = 256       # fewer rows than this and BLAS efficiency drops
@@ -67,18 +69,20 @@ class IndirectGemm(Prepared):
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
         x = check_x(p, x)
-        source = self.scratch("source", (p.n * p.h * p.w + 1, p.c))
-        source[:-1] = x.reshape(-1, p.c)
-        source[-1] = 0.0
+        with phase("pad"):
+            source = self.scratch("source", (p.n * p.h * p.w + 1, p.c))
+            source[:-1] = x.reshape(-1, p.c)
+            source[-1] = 0.0
         pixels, taps = self.indirection.shape
         y = new_output((pixels, p.k))
         gathered = self.scratch("gathered", (self.block, taps, p.c))
         for start in range(0, pixels, self.block):
             stop = min(pixels, start + self.block)
             block = gathered[: stop - start]
-            np.take(source, self.indirection[start:stop], axis=0, out=block, mode="clip")
-            np.matmul(block.reshape(stop - start, taps * p.c), self.w, out=y[start:stop])
-        return finish(p, y.reshape(p.n, p.out_h, p.out_w, p.k), self.bias)
+            with phase("copy"):
+                np.take(source, self.indirection[start:stop], axis=0, out=block, mode="clip")
+            gemm_bias(block.reshape(stop - start, taps * p.c), self.w, self.bias, y[start:stop])
+        return finish(p, y.reshape(p.n, p.out_h, p.out_w, p.k), None)
 
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,
