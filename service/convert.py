@@ -46,7 +46,11 @@ def check_size(state: ServiceState, p: ConvProblem) -> None:
     """The server's limits on work it runs (/v1/conv2d, /v1/tune): tensor elements and
     flops. Refused with 413 before any array is allocated."""
     s = state.settings
-    for name, elements in (("x", p.n * p.h * p.w * p.c), ("y", p.n * p.out_h * p.out_w * p.k)):
+    padded = p.n * (p.h + p.pad[0] + p.pad[1]) * (p.w + p.pad[2] + p.pad[3]) * p.c
+    # The padded input is a buffer too (im2col, direct, tuning): a 1x1 input with a pad of
+    # 60000 and a dilated kernel is small in x, y and flops, and 14 G elements padded.
+    for name, elements in (("x", p.n * p.h * p.w * p.c), ("y", p.n * p.out_h * p.out_w * p.k),
+                           ("pad", padded)):
         if elements > s.max_tensor_elements:
             raise TooLargeError(name, elements, s.max_tensor_elements, "tensor elements")
     if p.flops > s.max_conv_flops:

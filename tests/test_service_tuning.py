@@ -75,6 +75,9 @@ def test_a_spent_budget_returns_the_measurement_unrecorded(client, monkeypatch):
     ({"problem": {**SMALL, "dtype": "QASYMM8"}}, 422, "unsupported", None),
     ({"problem": {**SMALL, "h": 60000, "w": 60000}}, 413, "too_large", "x"),
     ({"problem": {**SMALL, "h": 100000}}, 422, "validation_error", "body.problem.h"),
+    # small x, y and flops, but a padded input of 14 G elements
+    ({"problem": {**SMALL, "h": 1, "w": 1, "c": 1, "k": 1, "kh": 2, "kw": 2,
+                  "dilation": 60000, "pad": 59999, "stride": 65536}}, 413, "too_large", "pad"),
     ({"problem": {**SMALL, "kh": 9}}, 422, "invalid_problem", "problem.h/w"),
 ])
 def test_bad_requests_name_the_field(client, change, status, code, field):
