@@ -49,8 +49,12 @@ def check_size(state: ServiceState, p: ConvProblem) -> None:
     padded = p.n * (p.h + p.pad[0] + p.pad[1]) * (p.w + p.pad[2] + p.pad[3]) * p.c
     # The padded input is a buffer too (im2col, direct, tuning): a 1x1 input with a pad of
     # 60000 and a dilated kernel is small in x, y and flops, and 14 G elements padded.
+    # The numpy backend's planar im2col (few-channel inputs) splits the input into one plane
+    # per stride phase: stride_h x stride_w x n x c planes, however small the input, and a
+    # Python loop over them. A stride of 65535 on a 1x1 input is 4.3 G elements.
+    phases = p.stride[0] * p.stride[1] * p.n * p.c
     for name, elements in (("x", p.n * p.h * p.w * p.c), ("y", p.n * p.out_h * p.out_w * p.k),
-                           ("pad", padded)):
+                           ("pad", padded), ("stride", phases)):
         if elements > s.max_tensor_elements:
             raise TooLargeError(name, elements, s.max_tensor_elements, "tensor elements")
     if p.flops > s.max_conv_flops:

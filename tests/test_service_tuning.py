@@ -78,6 +78,9 @@ def test_a_spent_budget_returns_the_measurement_unrecorded(client, monkeypatch):
     # small x, y and flops, but a padded input of 14 G elements
     ({"problem": {**SMALL, "h": 1, "w": 1, "c": 1, "k": 1, "kh": 2, "kw": 2,
                   "dilation": 60000, "pad": 59999, "stride": 65536}}, 413, "too_large", "pad"),
+    # a 1x1 input with a stride of 65535: one plane per stride phase in the numpy backend
+    ({"problem": {**SMALL, "h": 1, "w": 1, "c": 1, "k": 1, "kh": 1, "kw": 1, "pad": 0,
+                  "stride": 65535}}, 413, "too_large", "stride"),
     ({"problem": {**SMALL, "kh": 9}}, 422, "invalid_problem", "problem.h/w"),
 ])
 def test_bad_requests_name_the_field(client, change, status, code, field):
