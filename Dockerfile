@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
-# convsel's HTTP service: FastAPI under uvicorn, the numpy backend, and PoCL's CPU OpenCL
-# driver (the pocl-binary-distribution wheel that convsel depends on, x86_64/aarch64).
+# convsel's HTTP service: FastAPI under uvicorn, the numpy backend, PoCL's CPU OpenCL driver
+# (the pocl-binary-distribution wheel that convsel depends on, x86_64/aarch64) and the onnx
+# extra, so that POST /v1/plan works in the image.
 #   docker build -t convsel .
 #   docker run --rm -p 8000:8000 convsel
-# Settings come from CONVSEL_* variables (service/config.py), e.g. -e CONVSEL_WORKERS=2.
+# Settings come from CONVSEL_* variables (service/config.py), e.g. -e CONVSEL_WORKERS=2,
+# -e CONVSEL_API_TOKEN=... (guards /v1/tune and /metrics).
 
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
@@ -12,7 +14,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY convsel ./convsel
 COPY service ./service
-RUN /opt/convsel/bin/pip install --no-cache-dir .
+RUN /opt/convsel/bin/pip install --no-cache-dir ".[opencl,service,onnx]"
 
 FROM python:3.11-slim
 ENV PATH=/opt/convsel/bin:$PATH \

@@ -75,7 +75,7 @@ def free_port() -> int:
 
 
 def start(command: list[str], port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "CONVSEL_ACCESS_LOG": "false"}
+    env = {**os.environ, "CONVSEL_ACCESS_LOG": "false", "CONVSEL_REQUEST_LOG": "false"}
     proc = subprocess.Popen(command, env=env, cwd=HERE.parent)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

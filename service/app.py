@@ -11,6 +11,9 @@ Write ``service/routes/<name>.py`` with ``router = APIRouter(...)`` and add its 
 ``OPENAPI_MODELS``
     pydantic models that its routes reference from ``openapi_extra`` (bodies the route reads
     itself, such as a multipart form) and that OpenAPI must therefore list;
+``BODIES``
+    ``{path: service.limits.BodyRule}``: the body limit (a Settings field) and media types of
+    its routes; a POST route without one gets ``max_body_bytes`` and JSON only;
 and a router-level ``lifespan=`` (``APIRouter(lifespan=...)``), which FastAPI runs after the
 app's own (rules loaded, backends probed) and shuts down before it. Shared state lives in
 ``app.state.convsel`` (:class:`service.state.ServiceState`, via ``StateDep``).
@@ -26,17 +29,18 @@ from typing import Any
 
 import anyio
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
-from pydantic.json_schema import models_json_schema
+from fastapi.routing import APIRoute
+from fastapi_offline import FastAPIOffline
 
 from convsel import backends
 from convsel._version import __version__
 from convsel.rules import load_rules
 from convsel.targets import resolve_target
 
-from . import errors
+from . import errors, openapi
 from .config import Settings
-from .limits import BodyLimitMiddleware
+from .limits import DEFAULT_RULE, BodyLimitMiddleware, BodyRule
+from .logs import RequestLogMiddleware
 from .metrics import Metrics, MetricsMiddleware
 from .pool import ConvPool
 from .state import ServiceState
@@ -67,20 +71,37 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     # The describers are read at scrape time, once the lifespan has probed the backends.
     state = ServiceState(settings, Metrics(backend_describers=lambda: state.describers))
-    app = FastAPI(title="convsel", version=__version__, description=DESCRIPTION,
-                  lifespan=_lifespan)
+    # /docs with Swagger UI's assets served from the fastapi-offline package, not a CDN: the
+    # page works on hosts without internet access.
+    app = FastAPIOffline(title="convsel", version=__version__, description=DESCRIPTION,
+                         lifespan=_lifespan, redoc_url=None)
     app.state.convsel = state
     errors.install(app)
-    # The last added is the outermost: metrics see every answer, the 413s included.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     modules = [importlib.import_module(path) for path in ROUTERS]
     for module in modules:
         app.include_router(module.router)
         if hasattr(module, "ready"):
             state.ready_checks[module.__name__.rsplit(".", 1)[-1]] = module.ready
-    app.openapi = lambda: _openapi(app, modules)  # type: ignore[method-assign]
+    # The last added is the outermost: metrics see every answer, the 413s and 415s included,
+    # and every answer carries its request id.
+    app.add_middleware(BodyLimitMiddleware, settings=settings, routes=_bodies(app, modules))
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    app.add_middleware(RequestLogMiddleware, enabled=settings.request_log)
+    app.openapi = lambda: openapi.build(app, modules, state)  # type: ignore[method-assign]
     return app
+
+
+def api_routes(modules: Sequence[ModuleType]) -> list[APIRoute]:
+    """The routes of the route modules' routers (FastAPI includes routers lazily, so
+    ``app.routes`` does not list them one by one)."""
+    return [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+
+
+def _bodies(app: FastAPI, modules: Sequence[ModuleType]) -> dict[str, BodyRule]:
+    """Each POST route's body rule: its module's ``BODIES`` entry, else the default."""
+    declared = {path: rule for m in modules for path, rule in getattr(m, "BODIES", {}).items()}
+    posts = {r.path for r in api_routes(modules) if "POST" in r.methods}
+    return {path: declared.get(path, DEFAULT_RULE) for path in posts | set(declared)}
 
 
 @asynccontextmanager
@@ -121,20 +142,3 @@ def _describers(probed: dict[str, Any]) -> dict[str, Any]:
         if callable(getattr(module, "describe", None)):
             found[name] = module.describe
     return found
-
-
-def _openapi(app: FastAPI, modules: Sequence[ModuleType]) -> dict[str, Any]:
-    """FastAPI's schema plus the models that routes reference from ``openapi_extra``."""
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                         routes=app.routes)
-    extra = [m for module in modules for m in getattr(module, "OPENAPI_MODELS", ())]
-    if extra:
-        _, defs = models_json_schema([(m, "validation") for m in extra],
-                                     ref_template="#/components/schemas/{model}")
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, definition in defs.get("$defs", {}).items():
-            components.setdefault(name, definition)
-    app.openapi_schema = schema
-    return schema

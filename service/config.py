@@ -1,24 +1,29 @@
 """Service settings, read from ``CONVSEL_*`` environment variables (pydantic-settings).
 
-Defaults keep a 2-core machine with a few GB of memory safe: a 32 MiB body, tensors of at most
-4 Mi elements / 16 MiB, two convolutions running and eight waiting.
+Every request body has a limit sized to what its route needs, so that no body can make the
+server hold more than a few times its limit: a selection is a few hundred bytes, a batch of
+1024 problems about 200 KiB, tensors and models have their own limits. Defaults keep a 2-core
+machine with a few GB of memory safe (see the README's "HTTP service" section for the bound).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+KiB = 1 << 10
 MiB = 1 << 20
 
 
 class Settings(BaseSettings):
     """Every knob of the service. ``CONVSEL_PORT=9000 convsel serve`` sets ``port``.
 
-    ``heuristics`` reads ``CONVSEL_HEURISTICS``, the same variable the library reads, so the
-    CLI and the service answer from the same rules file.
+    ``heuristics`` reads ``CONVSEL_HEURISTICS`` and ``tuning_db`` ``CONVSEL_TUNING_DB``, the
+    variables the library reads, so the CLI and the service answer from the same files.
     """
 
     model_config = SettingsConfigDict(env_prefix="CONVSEL_", frozen=True, extra="ignore")
@@ -26,23 +31,50 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to bind; 0.0.0.0 in containers")
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, description="uvicorn worker processes")
-    access_log: bool = Field(True, description="uvicorn's per-request access log")
+    access_log: bool = Field(False, description="uvicorn's own access log (the service writes "
+                             "one JSON line per request either way, see request_log)")
+    request_log: bool = Field(True, description="one JSON log line per request, with the "
+                              "request id that the X-Request-ID header echoes")
     max_connections: int = Field(256, ge=1, description="uvicorn limit_concurrency: more -> 503")
 
     heuristics: Path | None = Field(None, description="rules file; default: the packaged one")
     default_target: str = "cpu"
     default_backend: str = Field("numpy", description="numpy or opencl")
     default_device: str | None = Field(None, description="OpenCL device passed to backends")
-    tuning_db: Path | None = Field(None, description="tuning database (used by the tuning "
-                                   "routes and policy='measured' when they are installed)")
+    tuning_db: str | None = Field(None, description="tuning database: a path (SQLite) or a URL "
+                                  "the library accepts; default: the user data directory")
 
-    max_body_bytes: int = Field(32 * MiB, ge=1, description="request body, header or stream")
+    api_token: SecretStr | None = Field(None, description="when set, routes that write or "
+                                        "spend a lot (/v1/tune) and /metrics require "
+                                        "'Authorization: Bearer <token>'")
+    show_paths: bool = Field(False, description="show host file paths (rules file, tuning "
+                             "database) in /readyz, /v1/rules and /v1/tuning")
+
+    # Request bodies, per route (a declared Content-Length over the limit is refused before a
+    # byte is read; a chunked body is counted and cut at the limit).
+    max_body_bytes: int = Field(64 * KiB, ge=1, description="any route without its own limit "
+                                "(/v1/tune ...)")
+    max_select_body_bytes: int = Field(8 * KiB, ge=1, description="/v1/select")
+    max_batch_body_bytes: int = Field(512 * KiB, ge=1, description="/v1/select/batch")
+    max_conv_body_bytes: int = Field(32 * MiB, ge=1, description="/v1/conv2d, JSON or multipart")
+    max_model_bytes: int = Field(512 * MiB, ge=1, description="/v1/plan: the ONNX model, "
+                                 "streamed to a temporary file")
+
     max_tensor_elements: int = Field(4 * MiB, ge=1, description="per tensor, x, w, bias and y")
     max_tensor_bytes: int = Field(16 * MiB, ge=1, description="per decoded tensor")
-    max_conv_flops: int = Field(20_000_000_000, ge=1, description="per convolution request")
+    max_conv_flops: int = Field(20_000_000_000, ge=1, description="per convolution or tuning")
     max_workspace_bytes: int = Field(512 * MiB, ge=0,
                                      description="algorithm scratch memory per convolution")
-    max_batch_size: int = Field(1024, ge=1, description="problems per /v1/select/batch")
+    max_tune_seconds: float = Field(60.0, gt=0, le=60.0, description="time budget of one "
+                                    "/v1/tune at most (a request's budget_s is cut to it)")
+    max_batch_size: int = Field(1024, ge=1, le=65536,
+                                description="problems per /v1/select/batch")
     max_concurrent_convolutions: int = Field(2, ge=1, description="threads running convolutions")
     max_queued_convolutions: int = Field(8, ge=0, description="accepted, waiting for a thread")
     retry_after_seconds: int = Field(1, ge=0, description="Retry-After on 503 when busy")
+
+    @field_validator("tuning_db", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: Any) -> Any:
+        # A path or a URL (postgresql://...): kept as text, which Path() would mangle.
+        return os.fspath(value) if isinstance(value, os.PathLike) else value

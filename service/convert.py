@@ -1,11 +1,13 @@
 """Wire models -> library calls: problems, selections, and validation of bodies the routes
-read themselves. Errors keep the library's field/value/rule, with the field's wire path."""
+read themselves. Errors keep the library's field/value/rule, with the field's wire path.
+
+The service checks structure (service.schemas) and its own limits; everything else (the
+problem's geometry, targets, policies and their options) is the library's to judge.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -17,28 +19,46 @@ from convsel.errors import InvalidProblemError
 from convsel.policies import choose
 from convsel.problem import ConvProblem
 from convsel.rules import Rules
-from convsel.selection import select
 
-from .errors import FeatureUnavailableError
-from .schemas import ProblemIn
+from .errors import TooLargeError
 from .state import ServiceState
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def to_problem(model: ProblemIn, where: str = "problem") -> ConvProblem:
+def to_problem(model: BaseModel, where: str = "problem") -> ConvProblem:
     """The library's ConvProblem; an invalid field is reported as ``problem.<field>``."""
+    return _with_path(where, ConvProblem.from_dict, _fields(model))
+
+
+def _fields(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(exclude_unset=True, exclude_none=True)
+
+
+def _with_path(where: str, fn: Any, *args: Any) -> Any:
     try:
-        return _problem(model.model_dump_json(exclude_unset=True, exclude_none=True))
+        return fn(*args)
     except InvalidProblemError as exc:
         raise type(exc)(f"{where}.{exc.field}", exc.value, exc.rule) from None
 
 
-@lru_cache(maxsize=4096)
-def _problem(canonical_json: str) -> ConvProblem:
-    # ConvProblem validation costs ~50-80 us, most of a cached select(); a service sees the
-    # same layers over and over. Keyed by the exact fields given; errors are never cached.
-    return ConvProblem.from_dict(json.loads(canonical_json))
+def check_size(state: ServiceState, p: ConvProblem) -> None:
+    """The server's limits on work it runs (/v1/conv2d, /v1/tune): tensor elements and
+    flops. Refused with 413 before any array is allocated."""
+    s = state.settings
+    padded = p.n * (p.h + p.pad[0] + p.pad[1]) * (p.w + p.pad[2] + p.pad[3]) * p.c
+    # The padded input is a buffer too (im2col, direct, tuning): a 1x1 input with a pad of
+    # 60000 and a dilated kernel is small in x, y and flops, and 14 G elements padded.
+    # The numpy backend's planar im2col (few-channel inputs) splits the input into one plane
+    # per stride phase: stride_h x stride_w x n x c planes, however small the input, and a
+    # Python loop over them. A stride of 65535 on a 1x1 input is 4.3 G elements.
+    phases = p.stride[0] * p.stride[1] * p.n * p.c
+    for name, elements in (("x", p.n * p.h * p.w * p.c), ("y", p.n * p.out_h * p.out_w * p.k),
+                           ("pad", padded), ("stride", phases)):
+        if elements > s.max_tensor_elements:
+            raise TooLargeError(name, elements, s.max_tensor_elements, "tensor elements")
+    if p.flops > s.max_conv_flops:
+        raise TooLargeError("problem", p.flops, s.max_conv_flops, "convolution flops")
 
 
 def validate_body(model: type[M], data: Any, *, json: bool = False,
@@ -59,57 +79,57 @@ def json_body(model_name: str) -> dict[str, Any]:
         "schema": {"$ref": f"#/components/schemas/{model_name}"}}}}}
 
 
-@contextmanager
-def policy_available(policy: str) -> Iterator[None]:
-    """Until the tuning layer is installed, policy="measured" cannot import it: a 503
-    saying so, never a 500."""
-    try:
-        yield
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("convsel.tuning"):
-            raise
-        raise FeatureUnavailableError("policy", policy, "this server has no tuning layer "
-                                      "(convsel.tuning); use policy 'acl'") from None
-
-
 def selection_options(state: ServiceState, policy: str, backend: str | None,
                       device: str | None) -> dict[str, Any]:
-    """Options for select(): what the client gave, and for "measured" the server defaults."""
+    """The policy's options: what the client gave, and for "measured" the server defaults."""
     options = {k: v for k, v in (("backend", backend), ("device", device)) if v is not None}
     if policy == "measured":
         options.setdefault("backend", state.settings.default_backend)
         options.setdefault("device", state.settings.default_device)
         if state.settings.tuning_db is not None:
-            options["db"] = str(state.settings.tuning_db)
+            options["db"] = state.settings.tuning_db
     return options
 
 
 def run_select(state: ServiceState, problem: ConvProblem, target: str | None, policy: str,
                options: dict[str, Any]) -> dict[str, Any]:
-    """select() as the wire answer (the normalised problem + ``Selection.to_dict()``)."""
-    with policy_available(policy):
-        sel = choose(problem, target or state.settings.default_target,
-                     rules=state.loaded_rules(), policy=policy, **options)
+    """The policy's selection as the wire answer (the normalised problem +
+    ``Selection.to_dict()``)."""
+    sel = choose(problem, state.target(target),
+                 rules=state.loaded_rules(), policy=policy, **options)
     answer = {"problem": problem.to_dict(), **sel.to_dict()}
     state.metrics.selection(answer)
     return answer
 
 
-def select_json(state: ServiceState, problem: ConvProblem, target: str | None, policy: str,
+def select_json(state: ServiceState, problem: BaseModel, target: str | None, policy: str,
                 options: dict[str, Any]) -> bytes:
-    """:func:`run_select`'s answer as JSON bytes. Under policy "acl" the answer is a pure
-    function of (problem, target, rules), so its encoding is memoised like select() itself;
-    "measured" reads a database that changes, so it is never memoised."""
+    """:func:`run_select`'s answer as JSON bytes.
+
+    Under policy "acl" with no options, the answer is a pure function of (problem, target,
+    rules): the service's one cache holds its encoding, keyed by the problem's fields as sent,
+    the target and the rules (their digest). It saves ConvProblem's validation and the
+    encoding, ~50 of the ~60 us a selection costs here (the library caches only select()
+    itself). "measured" reads a database that changes: never cached.
+    """
     if policy != "acl" or options:
-        return to_json(run_select(state, problem, target, policy, options))
-    body, labels = _acl_answer(problem, target or state.settings.default_target,
+        return to_json(run_select(state, to_problem(problem), target, policy, options))
+    key = problem.model_dump_json(exclude_unset=True, exclude_none=True)
+    body, labels = _acl_answer(key, state.target(target),
                                state.loaded_rules())
     state.metrics.selection(labels)
     return body
 
 
 @lru_cache(maxsize=4096)
-def _acl_answer(problem: ConvProblem, target: str, rules: Rules) -> tuple[bytes, dict[str, str]]:
-    answer = {"problem": problem.to_dict(), **select(problem, target, rules=rules).to_dict()}
+def _acl_answer(problem_json: str, target: str, rules: Rules) -> tuple[bytes, dict[str, str]]:
+    # Errors are never cached (lru_cache keeps only returned values).
+    problem = _with_path("problem", ConvProblem.from_dict, json.loads(problem_json))
+    answer = {"problem": problem.to_dict(),
+              **choose(problem, target, rules=rules, policy="acl").to_dict()}
     labels = {k: answer[k] for k in ("method", "algorithm", "policy", "source")}
     return to_json(answer), labels
+
+
+__all__ = ["check_size", "json_body", "run_select", "select_json",
+           "selection_options", "to_problem", "validate_body"]

@@ -8,6 +8,7 @@ Bad input is always a 4xx; a 500 means a bug or a broken server, never the calle
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -47,21 +48,14 @@ class BusyError(Exception):
                          f"server accepts; retry after {retry_after} s")
 
 
-class FeatureUnavailableError(Exception):
-    """A valid request for a feature this build of the service lacks (HTTP 503)."""
+class UnauthorizedError(Exception):
+    """A route that needs the operator's token, called without it (HTTP 401)."""
 
-    def __init__(self, field: str, value: Any, rule: str) -> None:
-        self.field, self.value, self.rule = field, value, rule
-        super().__init__(f"{field}={value!r}: {rule}")
+    field, value = "authorization", None
+    rule = "send 'Authorization: Bearer <token>' (the server's CONVSEL_API_TOKEN)"
 
-
-class UnsupportedMediaTypeError(Exception):
-    """A request body in a content type the route does not read (HTTP 415)."""
-
-    def __init__(self, content_type: str, accepted: tuple[str, ...]) -> None:
-        self.field, self.value = "content-type", content_type
-        self.rule = f"accepted: {', '.join(accepted)}"
-        super().__init__(f"content-type {content_type!r} is not accepted; {self.rule}")
+    def __init__(self, why: str) -> None:
+        super().__init__(f"{why}: this route needs the API token")
 
 
 # exception class -> (HTTP status, error code). Looked up along the exception's MRO, so a
@@ -77,12 +71,11 @@ ERRORS: dict[type[BaseException], tuple[int, str]] = {
     ConvselError: (500, "convsel_error"),
     TooLargeError: (413, "too_large"),
     BusyError: (503, "busy"),
-    FeatureUnavailableError: (503, "feature_unavailable"),
-    UnsupportedMediaTypeError: (415, "unsupported_media_type"),
+    UnauthorizedError: (401, "unauthorized"),
 }
 
 # Starlette's own HTTP errors (routing, body limit) -> error code.
-HTTP_CODES: dict[int, str] = {404: "not_found",
+HTTP_CODES: dict[int, str] = {401: "unauthorized", 404: "not_found",
                               405: "method_not_allowed", 413: "too_large",
                               415: "unsupported_media_type"}
 
@@ -95,12 +88,24 @@ def status_and_code(exc: BaseException) -> tuple[int, str]:
     return 500, "internal_error"
 
 
+MAX_TEXT = 1000        # characters of a message or rule: an error never echoes a whole body
+MAX_VALUE = 200        # characters of an echoed value
+MAX_FIELD_ERRORS = 20  # entries of ``errors``
+
+
 def error_body(code: str, message: str, *, field: str | None = None, value: Any = None,
                rule: str | None = None, errors: list[dict[str, Any]] | None = None,
                ) -> dict[str, Any]:
-    """The JSON error body; ``value`` is made JSON-safe (tuples become lists, others text)."""
-    return {"code": code, "message": message, "field": field, "value": _json_safe(value),
-            "rule": rule, "errors": errors}
+    """The JSON error body; ``value`` is made JSON-safe (tuples become lists, others text),
+    and every text is cut to a bounded length."""
+    return {"code": code, "message": _cut(message, MAX_TEXT),
+            "field": None if field is None else _cut(field, MAX_VALUE),
+            "value": _json_safe(value), "rule": None if rule is None else _cut(rule, MAX_TEXT),
+            "errors": errors}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def describe_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
@@ -115,9 +120,12 @@ def describe_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
 
 
 def validation_errors(errors: Any) -> list[dict[str, Any]]:
-    """pydantic/FastAPI error list -> [{loc, msg, type}] without echoing the input back."""
-    return [{"loc": [str(p) if not isinstance(p, int) else p for p in e.get("loc", ())],
-             "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))} for e in errors]
+    """pydantic/FastAPI error list -> [{loc, msg, type}] without echoing the input back; the
+    first :data:`MAX_FIELD_ERRORS` (a batch of bad items must not give a huge answer)."""
+    return [{"loc": [_cut(str(p), MAX_VALUE) if not isinstance(p, int) else p
+                     for p in e.get("loc", ()) if not str(p).startswith("as-")][:16],
+             "msg": _cut(str(e.get("msg", "")), MAX_VALUE), "type": str(e.get("type", ""))}
+            for e in list(errors)[:MAX_FIELD_ERRORS]]
 
 
 def validation_body(errors: Any) -> dict[str, Any]:
@@ -129,17 +137,30 @@ def validation_body(errors: Any) -> dict[str, Any]:
 
 
 def _json_safe(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return _cut(value, MAX_VALUE)
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):   # a 10**30 is text: JSON readers lose precision past 2**53
+        return value if abs(value) < 2**53 else _cut(str(value), MAX_VALUE)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)   # JSON has no NaN
     if isinstance(value, (tuple, list)) and len(value) <= 16:
         return [_json_safe(v) for v in value]
-    text = repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
+    return _cut(_repr(value), MAX_VALUE)
+
+
+def _repr(value: Any) -> str:
+    # repr of a container holding millions of items is itself a memory spike: show its size.
+    if isinstance(value, (list, tuple, dict, set, str, bytes)) and len(value) > 64:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return repr(value)
 
 
 async def _on_error(request: Request, exc: Exception) -> JSONResponse:
     status, body = describe_error(exc)
-    headers = ({"Retry-After": str(exc.retry_after)} if isinstance(exc, BusyError) else None)
+    headers = ({"Retry-After": str(exc.retry_after)} if isinstance(exc, BusyError) else
+               {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -185,7 +206,8 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
             for status in statuses}
 
 
-_DESCRIPTIONS = {413: "a body, tensor or convolution over a configured limit",
+_DESCRIPTIONS = {401: "the route needs the API token (CONVSEL_API_TOKEN is set)",
+                 413: "a body, tensor or convolution over a configured limit",
                  415: "a body in a content type this route does not read",
                  422: "invalid input: the body names the field, the value and the rule",
-                 503: "busy (Retry-After), a backend or a feature unavailable here"}
+                 503: "busy (Retry-After), or a backend or the tuning database unavailable"}

@@ -14,6 +14,7 @@ import io
 import math
 import threading
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
@@ -59,6 +60,38 @@ def decode_base64(field: str, text: str, limits: TensorLimits) -> np.ndarray:
     return decode_bytes(field, raw, limits)
 
 
+def decode_file(field: str, stream: BinaryIO, limits: TensorLimits) -> np.ndarray:
+    """Decode a ``.npy`` file (an upload spooled to disk) straight into the array it holds:
+    the header is checked first, then the data is read into the one buffer that becomes the
+    array, so the tensor is never held twice (see :func:`decode_base64` for the errors)."""
+    dtype, shape, fortran = _header(field, stream)
+    _check(field, dtype, shape, limits)
+    count = math.prod(shape)
+    array = np.empty(count, dtype=dtype)
+    view = memoryview(array).cast("B")
+    got = _read_into(stream, view)
+    extra = len(stream.read(1))
+    if got != view.nbytes or extra:
+        size = f"{got}{'+' if extra else ''} data bytes"
+        raise InvalidProblemError(field, size, f"the header announces {shape} {dtype}, "
+                                  f"{view.nbytes} bytes")
+    del view
+    if not dtype.isnative:
+        array = array.byteswap().view(dtype.newbyteorder("="))
+    array = array.reshape(shape, order="F" if fortran else "C")
+    return np.ascontiguousarray(array)
+
+
+def _read_into(stream: BinaryIO, view: memoryview) -> int:
+    got = 0
+    while got < view.nbytes:
+        n = stream.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            break
+        got += n
+    return got
+
+
 def decode_bytes(field: str, raw: bytes, limits: TensorLimits) -> np.ndarray:
     """Decode ``.npy`` bytes into a native-byte-order array (see :func:`decode_base64`)."""
     stream = io.BytesIO(raw)
@@ -87,7 +120,7 @@ def encode_base64(array: np.ndarray) -> str:
     return base64.b64encode(encode_bytes(array)).decode("ascii")
 
 
-def _header(field: str, stream: io.BytesIO) -> tuple[np.dtype, tuple[int, ...], bool]:
+def _header(field: str, stream: BinaryIO) -> tuple[np.dtype, tuple[int, ...], bool]:
     fmt = np.lib.format
     try:
         version = fmt.read_magic(stream)
@@ -96,8 +129,12 @@ def _header(field: str, stream: io.BytesIO) -> tuple[np.dtype, tuple[int, ...], 
         reader = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         with _HEADER_LOCK:
             shape, fortran, dtype = reader(stream)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
-        raise InvalidProblemError(field, "npy header", f"not a .npy array: {exc}") from None
+    except Exception as exc:  # noqa: BLE001
+        # numpy parses the header with tokenize and ast.literal_eval, which raise many types
+        # on malformed text (ValueError, SyntaxError, tokenize.TokenError, MemoryError on a
+        # deeply nested literal, ...): every one is the sender's bad input, never a 500.
+        raise InvalidProblemError(field, "npy header",
+                                  f"not a .npy array: {type(exc).__name__}: {exc}") from None
     return np.dtype(dtype), tuple(int(d) for d in shape), bool(fortran)
 
 

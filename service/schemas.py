@@ -1,115 +1,239 @@
 """The wire format: pydantic models of every request and response body.
 
-Models check structure and types only; the meaning (a pad larger than the kernel, an unknown
-target) is the library's to judge, so its messages reach the client unchanged. Problems are
-always nested under ``"problem"`` in the shape of ``ConvProblem.to_dict()``.
+Requests are strict and bounded: sizes are JSON integers in a stated range (``true`` and
+``"8"`` are refused, not coerced), names are enums, lists have maximum lengths. That is the
+wire's own contract, stated in OpenAPI. What a valid problem *means* (a pad larger than the
+kernel, a target the rules do not know) is the library's to judge, so its messages reach the
+client unchanged. Problems are nested under ``"problem"`` in the shape of
+``ConvProblem.to_dict()``; :data:`ProblemIn` is generated from ConvProblem's own fields.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, SkipValidation
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictInt,
+    Tag,
+    create_model,
+    model_validator,
+)
+
+from convsel import algorithms, backends
+from convsel.activation import KINDS
+from convsel.layouts import WEIGHTS_LAYOUTS
+from convsel.policies import POLICIES
+from convsel.problem import DTYPES, LAYOUTS, ConvProblem
+
+MAX_SIZE = 1 << 16       # the largest size, stride, pad, dilation or group count accepted
+MAX_NAME = 128           # target, device and other free-text names
+# Marks a field whose schema the app fills in from its rules and settings (service.openapi).
+TARGET_FIELD = {"x-convsel": "target"}
+BATCH_FIELD = {"x-convsel": "batch"}
+
+
+def _enum(values: Any) -> Any:
+    """``Literal[...]`` of a registry's names: the schema's enum and the wire's check."""
+    return Literal[tuple(values)]
+
+
+MAX_UNKNOWN_KEYS = 16
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _few_unknown_keys(cls, data: Any) -> Any:
+        # pydantic reports every unknown key as its own error: an object with 50,000 keys
+        # would build 100 MB of errors. Past a few, one error says how many.
+        if isinstance(data, dict) and len(data) > len(cls.model_fields) + MAX_UNKNOWN_KEYS:
+            unknown = [k for k in data if k not in cls.model_fields]
+            raise ValueError(f"{len(unknown)} unknown fields (first: {unknown[0][:40]!r}); "
+                             f"known: {', '.join(cls.model_fields)}")
+        return data
 
 
-# ---- requests -----------------------------------------------------------------------------
+# ---- the problem, generated from ConvProblem ------------------------------------------------
+
+def _one_of(members: dict[str, Any], pick: Any) -> Any:
+    """A union whose member is picked from the input's JSON type, so an error speaks of the
+    form that was sent only. Tags start with "as-": service.errors drops them from locations."""
+    tagged = tuple(Annotated[t, Tag(name)] for name, t in members.items())
+    return Annotated[Union[tagged], Discriminator(pick)]  # noqa: UP007
+
+
+def _number_or_list(value: Any) -> str:
+    return "as-list" if isinstance(value, list) else "as-int"
+
+
+def _pad_form(value: Any) -> str:
+    return ("as-quad" if len(value) == 4 else "as-pair") if isinstance(value, list) else "as-int"
+
+
+def _activation_form(value: Any) -> str:
+    return "as-object" if isinstance(value, (dict, BaseModel)) else "as-name"
+
+
+def integral(value: Any) -> Any:
+    # JSON Schema's "integer" is any number without a fraction: 8.0 is 8. Never a bool or text.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# (The range before the validator: pydantic then states it as minimum/maximum in the schema.)
+Size = Annotated[StrictInt, Field(ge=1, le=MAX_SIZE), BeforeValidator(integral)]
+PadSize = Annotated[StrictInt, Field(ge=0, le=MAX_SIZE), BeforeValidator(integral)]
+Pair = Annotated[list[Size], Field(min_length=2, max_length=2)]
+PadPair = Annotated[list[PadSize], Field(min_length=2, max_length=2)]
+PadQuad = Annotated[list[PadSize], Field(min_length=4, max_length=4)]
+ActivationKind = _enum(["identity", *KINDS])
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+ActivationText = Annotated[str, Field(max_length=64,
+                                      pattern=r"^\s*[a-z_]+\s*(\([^)]{0,48}\))?\s*$")]
+
 
 class ActivationIn(_In):
     """A fused activation as a dict; a string such as ``"bounded_relu(6)"`` works too."""
 
-    kind: str = Field(description="relu, bounded_relu, lu_bounded_relu, leaky_relu, linear, "
-                      "logistic, tanh, elu, swish, hard_swish, abs or identity")
-    a: float | None = None
-    b: float | None = None
+    kind: ActivationKind  # type: ignore[valid-type]
+    a: Number | None = None
+    b: Number | None = None
 
 
-class ProblemIn(_In):
-    """One convolution in logical sizes (``ConvProblem.to_dict()``); defaults as the library's.
-
-    ``stride``/``dilation``: an int or ``[y, x]``; ``pad``: an int, ``[py, px]`` or
-    ``[top, bottom, left, right]``; ``dtype``: F32, F16, QASYMM8, QASYMM8_SIGNED;
-    ``layout``: NHWC or NCHW.
-    """
-
-    n: int
-    h: int
-    w: int
-    c: int
-    k: int
-    kh: int
-    kw: int
-    # int defaults (the library widens them): a list default is deep-copied per request.
-    stride: int | list[int] = 1
-    pad: int | list[int] = 0
-    dilation: int | list[int] = 1
-    groups: int = 1
-    dtype: str = "F32"
-    layout: str = "NHWC"
-    fast_math: bool = False
-    activation: ActivationIn | str | None = None
+# ConvProblem's annotation -> the wire's type for it. A new ConvProblem field with a type not
+# listed here fails at import, so the wire cannot silently miss it.
+_WIRE_TYPES: dict[str, Any] = {
+    "int": Size,
+    "tuple[int, int]": _one_of({"as-int": Size, "as-list": Pair}, _number_or_list),
+    "tuple[int, int, int, int]": _one_of({"as-int": PadSize, "as-pair": PadPair,
+                                          "as-quad": PadQuad}, _pad_form),
+    "bool": StrictBool,
+    "Activation | None": _one_of({"as-object": ActivationIn, "as-name": ActivationText},
+                                 _activation_form) | None,
+}
+# str fields are names: their enums.
+_WIRE_ENUMS: dict[str, Any] = {"dtype": _enum(DTYPES), "layout": _enum(LAYOUTS)}
+_DOCS = {"stride": "an int or [y, x]", "dilation": "an int or [y, x]",
+         "pad": "an int, [py, px] or [top, bottom, left, right]",
+         "activation": "null (identity), a name such as 'relu' or 'bounded_relu(6)', or "
+         "{kind, a, b}"}
 
 
-_POLICY = Field("acl", description="acl (ACL's rules) or measured (the tuning database, "
-                "when this server has one)")
-_TARGET = Field(None, description="cpu, cpu-nofp16, a Mali model (G77), a family or a device "
-                "name; default: the server's CONVSEL_DEFAULT_TARGET")
+def _wire_default(value: Any) -> Any:
+    # The wire takes an int for a uniform pair: show that, not the library's tuple.
+    if isinstance(value, tuple) and value and len(set(value)) == 1:
+        return value[0]
+    return value
+
+
+def _problem_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(ConvProblem):
+        wire = _WIRE_ENUMS.get(f.name) or _WIRE_TYPES.get(str(f.type))
+        if wire is None:
+            raise TypeError(f"ConvProblem.{f.name}: no wire type for {f.type!r}; add one to "
+                            "service.schemas._WIRE_TYPES")
+        description = _DOCS.get(f.name)
+        if f.default is dataclasses.MISSING:
+            fields[f.name] = (wire, Field(description=description))
+        else:
+            fields[f.name] = (wire, Field(_wire_default(f.default), description=description))
+    return fields
+
+
+ProblemIn = create_model(  # type: ignore[call-overload]
+    "ProblemIn", __base__=_In, __module__=__name__,
+    __doc__="One convolution in logical sizes (ConvProblem's fields; defaults as the "
+    f"library's). Sizes are integers 1..{MAX_SIZE}, pads 0..{MAX_SIZE}.",
+    **_problem_fields())
+
+
+# ---- requests -------------------------------------------------------------------------------
+
+Policy = _enum(POLICIES)
+Backend = _enum(backends.BACKENDS)
+Algorithm = _enum(["auto", *algorithms.ALGORITHMS])
+_POLICY = Field("acl", description="who decides (convsel.policies): acl answers with ACL's "
+                "rules; measured with the tuning database's timings where it has them")
+_TARGET = Field(None, max_length=MAX_NAME, json_schema_extra=TARGET_FIELD,
+                description="cpu, cpu-nofp16, a Mali model (G77) or a Mali device name; "
+                "default: the server's CONVSEL_DEFAULT_TARGET")
+_DEVICE = Field(None, max_length=MAX_NAME, description="policy=measured only: OpenCL device")
+_ALGORITHMS_DOC = "auto (what the policy chooses) or one of: " + "; ".join(
+    f"{name}: {spec.description}" for name, spec in algorithms.SPECS.items())
 
 
 class SelectRequest(_In):
-    problem: ProblemIn
+    problem: ProblemIn  # type: ignore[valid-type]
     target: str | None = _TARGET
-    policy: str = _POLICY
-    backend: str | None = Field(None, description="policy=measured only: numpy or opencl")
-    device: str | None = Field(None, description="policy=measured only: OpenCL device")
+    policy: Policy = _POLICY  # type: ignore[valid-type]
+    backend: Backend | None = Field(  # type: ignore[valid-type]
+        None, description="policy=measured only: whose timings")
+    device: str | None = _DEVICE
 
 
 class SelectBatchRequest(_In):
-    """Many problems, one target: a whole network. Items are checked one by one, so one bad
-    item gives an error entry at its index instead of failing the batch."""
+    """Many problems, one target: a whole network. The batch is refused whole when an item
+    is malformed (422) or there are too many (413); a well-formed problem that the library
+    refuses (a pad too large, ...) gives an error entry at its index."""
 
-    problems: list[SkipValidation[ProblemIn]]
+    problems: list[ProblemIn] = Field(  # type: ignore[valid-type]
+        json_schema_extra=BATCH_FIELD, description="at most CONVSEL_MAX_BATCH_SIZE problems")
     target: str | None = _TARGET
-    policy: str = _POLICY
-    backend: str | None = None
-    device: str | None = None
+    policy: Policy = _POLICY  # type: ignore[valid-type]
+    backend: Backend | None = None  # type: ignore[valid-type]
+    device: str | None = _DEVICE
 
 
 class Conv2dRequest(_In):
     """A convolution to run. Tensors are base64 of ``.npy`` bytes in the problem's layout and
     dtype (float32 for F32, float16 for F16); weights in ``weights_layout``."""
 
-    problem: ProblemIn
+    problem: ProblemIn  # type: ignore[valid-type]
     x: str = Field(description="input, base64 of .npy bytes")
     w: str = Field(description="weights, base64 of .npy bytes")
     bias: str | None = Field(None, description="K values, base64 of .npy bytes")
-    algorithm: str = Field("auto", description="auto (what select() chooses) or direct, "
-                           "im2col_gemm, gemm_1x1, winograd, indirect_gemm, fft")
-    backend: str | None = Field(None, description="numpy or opencl; default: the server's")
+    algorithm: Algorithm = Field("auto", description=_ALGORITHMS_DOC)  # type: ignore[valid-type]
+    backend: Backend | None = Field(  # type: ignore[valid-type]
+        None, description="default: the server's")
     target: str | None = _TARGET
-    weights_layout: str = Field("OHWI", description="OHWI, OIHW or HWIO")
-    policy: str = _POLICY
+    weights_layout: _enum(WEIGHTS_LAYOUTS) = "OHWI"  # type: ignore[valid-type]
+    policy: Policy = _POLICY  # type: ignore[valid-type]
+
+
+def _text_part(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "string", **{k: v for k, v in schema.items() if k in ("enum", "maxLength")}}
 
 
 # The multipart form of the same request: tensors as .npy file parts, ``problem`` as JSON text.
+_CONV_FIELDS = Conv2dRequest.model_json_schema()["properties"]
 CONV2D_FORM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["problem", "x", "w"],
+    "additionalProperties": False,
     "properties": {
         "problem": {"type": "string", "description": "the problem as JSON text"},
         "x": {"type": "string", "format": "binary", "description": ".npy file"},
         "w": {"type": "string", "format": "binary", "description": ".npy file"},
         "bias": {"type": "string", "format": "binary", "description": ".npy file"},
-        **{name: {"type": "string"} for name in
-           ("algorithm", "backend", "target", "weights_layout", "policy")},
+        "algorithm": _text_part(_CONV_FIELDS["algorithm"]),
+        "backend": {"type": "string", "enum": list(backends.BACKENDS)},
+        "target": {"type": "string", "maxLength": MAX_NAME},
+        "weights_layout": _text_part(_CONV_FIELDS["weights_layout"]),
+        "policy": _text_part(_CONV_FIELDS["policy"]),
     },
 }
 
 
-# ---- responses ----------------------------------------------------------------------------
+# ---- responses ------------------------------------------------------------------------------
 
 class FieldError(BaseModel):
     loc: list[str | int]
@@ -119,7 +243,8 @@ class FieldError(BaseModel):
 
 class ErrorBody(BaseModel):
     """Every error: a stable ``code``, the ``message``, and the field, value and rule at fault
-    when one is known; ``errors`` lists each field of a request that failed validation."""
+    when one is known; ``errors`` lists the first fields of a request that failed validation.
+    Messages and values are cut to a bounded length: an error never echoes a whole body."""
 
     code: str
     message: str
@@ -231,6 +356,7 @@ class TargetsResponse(BaseModel):
 
 class AlgorithmOut(BaseModel):
     algorithm: str
+    description: str
     methods: list[str]
     backends: list[str]
 
@@ -263,7 +389,8 @@ class BackendsResponse(BaseModel):
 class RulesResponse(BaseModel):
     version: str
     digest: str
-    source: str
+    source: str = Field(description="'packaged' or 'custom'; the file's path with "
+                        "CONVSEL_SHOW_PATHS=1")
     rules: dict[str, Any]
 
 

@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 from .config import Settings
+from .logs import REQUEST_LOG
 
 APP = "service.app:create_app"
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging plus the service's: request lines (already JSON) printed as they are
+    on stdout, the service's errors (with tracebacks) beside uvicorn's on stderr."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["convsel_json"] = {"format": "%(message)s"}
+    config["handlers"]["convsel_requests"] = {"class": "logging.StreamHandler",
+                                              "formatter": "convsel_json",
+                                              "stream": "ext://sys.stdout"}
+    config["loggers"][REQUEST_LOG] = {"handlers": ["convsel_requests"], "level": "INFO",
+                                      "propagate": False}
+    config["loggers"]["convsel.service"] = {"handlers": ["default"], "level": "INFO",
+                                            "propagate": False}
+    return config
 
 
 def serve(host: str | None = None, port: int | None = None, workers: int | None = None,
@@ -17,5 +37,5 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
                 host=host if host is not None else settings.host,
                 port=port if port is not None else settings.port,
                 workers=workers if workers is not None else settings.workers,
-                log_level=log_level, access_log=settings.access_log,
+                log_level=log_level, log_config=log_config(), access_log=settings.access_log,
                 limit_concurrency=settings.max_connections, server_header=False)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 
-from convsel.rules import Rules
+from convsel.rules import Rules, default_rules_path
 from convsel.verdict import Verdict
 
 from .config import Settings
@@ -17,6 +18,12 @@ from .npy import TensorLimits
 from .pool import ConvPool
 
 ReadyCheck = Callable[[FastAPI], Mapping[str, Any]]
+
+# An absolute host path inside a message ("/home/op/.local/share/convsel/tuning.sqlite"), not
+# the path part of a URL; and a URL's user:password.
+_HOST_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\",;:()]+")
+_URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^@/\s]+@", re.IGNORECASE)
+HIDDEN = "<path>"
 
 
 @dataclass
@@ -40,25 +47,49 @@ class ServiceState:
     def tensor_limits(self) -> TensorLimits:
         return TensorLimits(self.settings.max_tensor_elements, self.settings.max_tensor_bytes)
 
+    def target(self, given: str | None) -> str:
+        """The request's target, or the server's default when it names none (an empty
+        name is the library's to refuse, not a request for the default)."""
+        return self.settings.default_target if given is None else given
+
     def loaded_rules(self) -> Rules:
         if self.rules is None:
             raise RuntimeError("rules are not loaded: the app's lifespan has not run")
         return self.rules
+
+    def public(self, value: Any) -> Any:
+        """``value`` (text, or a JSON-ready tree) as this server may show it to any caller:
+        credentials in URLs always hidden, host paths hidden unless CONVSEL_SHOW_PATHS."""
+        if isinstance(value, str):
+            text = _URL_CREDENTIALS.sub(r"\1***@", value)
+            return text if self.settings.show_paths else _HOST_PATH.sub(HIDDEN, text)
+        if isinstance(value, Mapping):
+            return {k: self.public(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.public(v) for v in value]
+        return value
+
+    def rules_source(self, rules: Rules) -> str:
+        """The rules file's path with CONVSEL_SHOW_PATHS, else 'packaged' or 'custom'."""
+        if self.settings.show_paths:
+            return rules.source
+        return "packaged" if rules.source == str(default_rules_path()) else "custom"
 
     def readiness(self, app: FastAPI) -> dict[str, dict[str, Any]]:
         """One entry per component; the service is ready when every entry is ``ok``."""
         rules = self.rules
         detail: dict[str, dict[str, Any]] = {
             "rules": ({"ok": True, "version": rules.version, "digest": rules.digest,
-                       "source": rules.source} if rules else {"ok": False,
-                                                              "reason": "not loaded yet"}),
+                       "source": self.rules_source(rules)} if rules else
+                      {"ok": False, "reason": "not loaded yet"}),
             "backends": self._backends_detail(),
         }
         for name, check in self.ready_checks.items():
             try:
-                detail[name] = dict(check(app))
+                detail[name] = self.public(dict(check(app)))
             except Exception as exc:  # noqa: BLE001 - a failing check reports, never crashes
-                detail[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                detail[name] = {"ok": False,
+                                "error": self.public(f"{type(exc).__name__}: {exc}")}
         return detail
 
     def _backends_detail(self) -> dict[str, Any]:

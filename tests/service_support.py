@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import base64
 import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 from fastapi.testclient import TestClient
 
@@ -63,3 +74,66 @@ def assert_error(response: Any, status: int, code: str, field: str | None = None
     if field is not None:
         assert body["field"] == field, body
     return body
+
+
+# ---- a real server: `convsel serve` on a free loopback port ---------------------------------
+
+def convsel_command() -> list[str]:
+    script = Path(sys.executable).with_name("convsel")
+    found = str(script) if script.exists() else shutil.which("convsel")
+    return [found] if found else [sys.executable, "-m", "convsel.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"server exited early: {proc.communicate()[0]}"
+        try:
+            r = httpx.get(f"{url}/readyz", timeout=2)
+            if r.status_code == 200:
+                return r
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("server not ready in time")
+
+
+@contextmanager
+def served(env: dict[str, str] | None = None, workers: int = 1,
+           log_level: str = "info") -> Iterator[tuple[str, subprocess.Popen]]:
+    """(base URL, process) of `convsel serve` with ``env`` added; SIGTERM on exit. The
+    output is collected: read ``proc.output`` after the block."""
+    port = free_port()
+    proc = subprocess.Popen([*convsel_command(), "serve", "--host", "127.0.0.1", "--port",
+                             str(port), "--workers", str(workers), "--log-level", log_level],
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc)
+        yield url, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.output, _ = proc.communicate(timeout=30)  # type: ignore[attr-defined]
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (VmHWM), MiB."""
+    return _status_kib(pid, "VmHWM") / 1024
+
+
+def rss_mb(pid: int) -> float:
+    return _status_kib(pid, "VmRSS") / 1024
+
+
+def _status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)

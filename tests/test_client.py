@@ -7,7 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from test_service_server import convsel_command, free_port, wait_ready
+from service_support import convsel_command, free_port, wait_ready
 
 import convsel
 from convsel import ConvProblem

@@ -112,9 +112,11 @@ def _bad_bodies():
         ({**conv_body(x, w), "x": "aGVsbG8="}, 422, "invalid_problem", "x"),
         ({**conv_body(x, w), "x": npy_b64(np.array([{"a": 1}], dtype=object))}, 422,
          "invalid_problem", "x"),
-        (conv_body(x, w, algorithm="quantum"), 422, "invalid_problem", "algorithm"),
-        (conv_body(x, w, backend="cuda"), 422, "invalid_problem", "backend"),
-        (conv_body(x, w, weights_layout="IOHW"), 422, "invalid_problem", "weights_layout"),
+        # names are enums of the wire (OpenAPI states them)
+        (conv_body(x, w, algorithm="quantum"), 422, "validation_error", "body.algorithm"),
+        (conv_body(x, w, backend="cuda"), 422, "validation_error", "body.backend"),
+        (conv_body(x, w, weights_layout="IOHW"), 422, "validation_error",
+         "body.weights_layout"),
         (conv_body(x, w, target="G99"), 422, "unknown_target", "target"),
         (conv_body(x, w, problem={**PROBLEM, "pad": 7}), 422, "invalid_problem",
          "problem.pad"),
@@ -176,8 +178,10 @@ def test_limits_are_413():
     with client_for(max_workspace_bytes=16) as c:
         assert_error(c.post("/v1/conv2d", json=conv_body(x, w, algorithm="im2col_gemm")),
                      413, "too_large", "problem")
-    with client_for(max_body_bytes=1000) as c:
-        assert_error(c.post("/v1/conv2d", json=conv_body(x, w)), 413, "too_large", "body")
+    with client_for(max_conv_body_bytes=1000) as c:
+        body = assert_error(c.post("/v1/conv2d", json=conv_body(x, w)), 413, "too_large",
+                            "body")
+        assert "CONVSEL_MAX_CONV_BODY_BYTES" in body["message"]
         files = {"x": ("x.npy", npy_bytes(x)), "w": ("w.npy", npy_bytes(w))}
         assert_error(c.post("/v1/conv2d", files=files, data={"problem": "{}"}), 413,
                      "too_large", "body")

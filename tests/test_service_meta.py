@@ -7,6 +7,7 @@ from fastapi.testclient import TestClient
 from service_support import PROBLEM, assert_error, client_for
 
 from convsel import ConvProblem, backends, errors, load_rules, select
+from convsel.policies import POLICIES
 from convsel.targets import target_names
 from service import app as app_module
 from service.config import Settings
@@ -157,3 +158,30 @@ def test_every_library_error_has_a_status():
     assert status_and_code(errors.BackendUnavailableError("no")) == (503, "backend_unavailable")
     assert status_and_code(errors.UnsupportedError("no")) == (422, "unsupported")
     assert status_and_code(KeyError("bug")) == (500, "internal_error")
+
+
+def test_openapi_error_answers_are_the_error_body_and_200s_are_typed(client):
+    doc = client.get("/openapi.json").json()
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            for status, answer in operation["responses"].items():
+                content = answer.get("content", {}).get("application/json")
+                if status.startswith("4") or (status == "503" and path != "/readyz"):
+                    assert content["schema"] == {"$ref": "#/components/schemas/ErrorBody"}, (
+                        path, method, status)
+                elif status == "200" and content is not None:
+                    assert "$ref" in content["schema"], (path, method)   # a named model
+    for path, statuses in [("/v1/tuning", ("422", "503")), ("/v1/plan", ("413", "415", "422")),
+                           ("/v1/select/batch", ("413", "415", "422"))]:
+        operation = next(iter(doc["paths"][path].values()))
+        assert set(statuses) <= set(operation["responses"]), path
+    batch = doc["components"]["schemas"]["SelectBatchRequest"]["properties"]["problems"]
+    assert batch["maxItems"] == 1024
+    assert batch["items"] == {"$ref": "#/components/schemas/ProblemIn"}
+    problem = doc["components"]["schemas"]["ProblemIn"]["properties"]
+    assert (problem["h"]["minimum"], problem["h"]["maximum"]) == (1, 65536)
+    assert problem["dtype"]["enum"] == ["F32", "F16", "QASYMM8", "QASYMM8_SIGNED"]
+    select = doc["components"]["schemas"]["SelectRequest"]["properties"]
+    assert select["policy"]["enum"] == list(POLICIES)
+    assert {"type": "string", "enum": target_names(load_rules())} in select["target"]["anyOf"]

@@ -50,14 +50,28 @@ def test_answers_repeat_identically(client):
 
 
 @pytest.mark.parametrize("body, code, field", [
+    # the library's judgement: the problem's meaning, targets, a policy's options
     ({"problem": {**P, "pad": 9}}, "invalid_problem", "problem.pad"),
     ({"problem": {**P, "groups": 3}}, "invalid_problem", "problem.groups"),
-    ({"problem": {**P, "dtype": "F64"}}, "invalid_problem", "problem.dtype"),
-    ({"problem": {**P, "activation": "relu6x"}}, "invalid_problem", "problem.activation"),
-    ({"problem": {**P, "h": 0}}, "invalid_problem", "problem.h"),
+    ({"problem": {**P, "activation": "relux"}}, "invalid_problem", "problem.activation"),
     ({"problem": P, "target": "G99"}, "unknown_target", "target"),
-    ({"problem": P, "policy": "fastest"}, "invalid_problem", "policy"),
     ({"problem": P, "backend": "opencl"}, "invalid_problem", "backend"),  # acl takes none
+    # the wire's contract: types, ranges, enums, shapes (stated in OpenAPI)
+    ({"problem": {**P, "dtype": "F64"}}, "validation_error", "body.problem.dtype"),
+    ({"problem": {**P, "activation": "relu6x"}}, "validation_error", "body.problem.activation"),
+    ({"problem": {**P, "h": 0}}, "validation_error", "body.problem.h"),
+    ({"problem": {**P, "h": 2**62}}, "validation_error", "body.problem.h"),
+    ({"problem": {**P, "h": 10**30}}, "validation_error", "body.problem.h"),
+    ({"problem": {**P, "h": True}}, "validation_error", "body.problem.h"),
+    ({"problem": {**P, "h": "8"}}, "validation_error", "body.problem.h"),
+    ({"problem": {**P, "h": 8.5}}, "validation_error", "body.problem.h"),
+    ({"problem": {**P, "fast_math": 1}}, "validation_error", "body.problem.fast_math"),
+    ({"problem": {**P, "stride": [1] * 1_000}}, "validation_error", "body.problem.stride"),
+    ({"problem": {**P, "pad": [1, 1, 1]}}, "validation_error", "body.problem.pad"),
+    ({"problem": P, "policy": "fastest"}, "validation_error", "body.policy"),
+    ({"problem": P, "policy": "measured", "backend": "cuda"}, "validation_error",
+     "body.backend"),
+    ({"problem": P, "target": "G" * 300}, "validation_error", "body.target"),
     ({"problem": {k: v for k, v in P.items() if k != "kw"}}, "validation_error",
      "body.problem.kw"),
     ({"problem": {**P, "h": "tall"}}, "validation_error", "body.problem.h"),
@@ -66,11 +80,19 @@ def test_answers_repeat_identically(client):
     ({}, "validation_error", "body.problem"),
 ])
 def test_bad_input_is_422_naming_the_field(client, body, code, field):
-    body = assert_error(client.post("/v1/select", json=body), 422, code, field)
+    r = client.post("/v1/select", json=body)
+    body = assert_error(r, 422, code, field)
     if code == "validation_error":
         assert body["errors"][0]["loc"] == field.split(".")
     else:
         assert body["rule"] and body["message"].startswith(field)
+    assert len(r.content) < 4096   # nothing of a large body is echoed back
+
+
+def test_an_integral_json_number_is_an_integer(client):
+    # JSON Schema's "integer" is any number without a fraction; OpenAPI says "integer".
+    r = client.post("/v1/select", json={"problem": {**P, "h": 56.0}})
+    assert r.status_code == 200 and r.json()["problem"]["h"] == 56
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"", b"[1, 2]", b'"text"', b"\x1f\xff"])
@@ -90,9 +112,10 @@ def test_measured_policy_goes_through(client, tmp_path, monkeypatch):
 
 
 def test_oversize_body_is_413():
-    with client_for(max_body_bytes=200) as c:
-        big = {"problem": {**P, "activation": {"kind": "relu", "a": 1.0}}, "target": "G" * 300}
-        assert_error(c.post("/v1/select", json=big), 413, "too_large")
+    with client_for(max_select_body_bytes=200) as c:
+        big = {"problem": {**P, "activation": {"kind": "relu", "a": 1.0}}, "target": "G" * 120}
+        body = assert_error(c.post("/v1/select", json=big), 413, "too_large")
+        assert "CONVSEL_MAX_SELECT_BODY_BYTES" in body["message"]
 
         def chunks():   # no Content-Length: the limit counts the bytes actually read
             yield b'{"problem": {"n": 1, '
@@ -103,28 +126,39 @@ def test_oversize_body_is_413():
 
 
 def test_batch_answers_in_order_with_per_item_errors(client):
-    problems = [P, {"h": 1}, 5, {**P, "pad": 9}, {**P, "kh": 1, "kw": 1, "pad": 0}]
+    # Well-formed problems that the library refuses get an error entry at their index.
+    problems = [P, {**P, "groups": 3}, {**P, "pad": 9}, {**P, "kh": 1, "kw": 1, "pad": 0}]
     r = client.post("/v1/select/batch", json={"problems": problems, "target": "G77"})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["count"] == 5 and body["failed"] == 3
-    assert [item["index"] for item in body["results"]] == [0, 1, 2, 3, 4]
+    assert body["count"] == 4 and body["failed"] == 2
+    assert [item["index"] for item in body["results"]] == [0, 1, 2, 3]
     ok = [item for item in body["results"] if item["error"] is None]
     for item in ok:
         problem = ConvProblem.from_dict(problems[item["index"]])
         assert item["selection"] == {"problem": problem.to_dict(),
                                      **select(problem, "G77").to_dict()}
     errors = {item["index"]: item["error"] for item in body["results"] if item["error"]}
-    assert errors[1]["code"] == "validation_error" and errors[1]["field"] == "body.problems.1.n"
-    assert errors[2]["code"] == "validation_error" and errors[2]["field"] == "body.problems.2"
-    assert errors[3]["code"] == "invalid_problem" and errors[3]["field"] == "problems.3.pad"
+    assert errors[1]["code"] == "invalid_problem" and errors[1]["field"] == "problems.1.groups"
+    assert errors[2]["code"] == "invalid_problem" and errors[2]["field"] == "problems.2.pad"
+
+
+def test_a_malformed_batch_item_fails_the_batch(client):
+    # Structure is the wire's contract (OpenAPI describes the items): refused whole.
+    for item, where in [({"h": 1}, "body.problems.1.n"), (5, "body.problems.1"),
+                        ({**P, "h": True}, "body.problems.1.h")]:
+        r = client.post("/v1/select/batch", json={"problems": [P, item]})
+        body = assert_error(r, 422, "validation_error", where)
+        assert len(body["errors"]) <= 20
 
 
 def test_batch_shared_fields_fail_the_whole_batch(client):
     assert_error(client.post("/v1/select/batch", json={"problems": [P], "target": "G99"}),
                  422, "unknown_target", "target")
     assert_error(client.post("/v1/select/batch", json={"problems": [P], "policy": "x"}),
-                 422, "invalid_problem", "policy")
+                 422, "validation_error", "body.policy")
+    assert_error(client.post("/v1/select/batch", json={"problems": [P], "backend": "opencl"}),
+                 422, "invalid_problem", "backend")   # acl takes no options
     assert_error(client.post("/v1/select/batch", json={"problems": "all"}), 422,
                  "validation_error", "body.problems")
     empty = client.post("/v1/select/batch", json={"problems": []}).json()

@@ -2,64 +2,27 @@
 
 from __future__ import annotations
 
-import os
-import shutil
+import json
 import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import numpy as np
-from service_support import PROBLEM, conv_body, from_b64, tensors
+from service_support import PROBLEM, conv_body, from_b64, served, tensors
 
 from convsel import conv2d
 
 
-def convsel_command() -> list[str]:
-    script = Path(sys.executable).with_name("convsel")
-    found = str(script) if script.exists() else shutil.which("convsel")
-    return [found] if found else [sys.executable, "-m", "convsel.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60) -> httpx.Response:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"server exited early: {proc.communicate()[0]}"
-        try:
-            r = httpx.get(f"{url}/readyz", timeout=2)
-            if r.status_code == 200:
-                return r
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("server not ready in time")
-
-
 def test_convsel_serve_over_a_socket():
-    port = free_port()
-    env = {**os.environ, "CONVSEL_MAX_BATCH_SIZE": "3"}
-    proc = subprocess.Popen([*convsel_command(), "serve", "--host", "127.0.0.1", "--port",
-                             str(port), "--workers", "1", "--log-level", "info"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_ready(url, proc).json()["ready"] is True
+    with served({"CONVSEL_MAX_BATCH_SIZE": "3"}) as (url, proc):
         with httpx.Client(base_url=url, timeout=30) as client:
-            sel = client.post("/v1/select", json={"problem": PROBLEM, "target": "G77"})
+            sel = client.post("/v1/select", json={"problem": PROBLEM, "target": "G77"},
+                              headers={"X-Request-ID": "trace-me-42"})
             assert sel.status_code == 200 and sel.json()["target"] == "G77"
+            assert sel.headers["x-request-id"] == "trace-me-42"
             x, w, bias = tensors()
             conv = client.post("/v1/conv2d", json=conv_body(x, w, bias))
             assert conv.status_code == 200, conv.text
+            assert len(conv.headers["x-request-id"]) == 32   # made by the server
             np.testing.assert_array_equal(from_b64(conv.json()["y"]),
                                           conv2d(x, w, bias, pad=1))
             # The environment reached the server's settings.
@@ -67,9 +30,22 @@ def test_convsel_serve_over_a_socket():
             assert big.status_code == 413
             metrics = client.get("/metrics")
             assert 'route="/v1/conv2d",status="200"' in metrics.text
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=30)
+    output = proc.output
     # uvicorn shuts down gracefully, then re-raises the signal so the exit status shows it.
     assert proc.returncode in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output, output
+    # One JSON line per request, with the id the answer echoed.
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    mine = [entry for entry in lines if entry["request_id"] == "trace-me-42"]
+    assert len(mine) == 1 and mine[0]["route"] == "/v1/select" and mine[0]["status"] == 200
+    assert mine[0]["method"] == "POST" and mine[0]["duration_ms"] >= 0
+    assert {entry["route"] for entry in lines} >= {"/v1/conv2d", "/v1/select/batch",
+                                                   "/metrics", "/readyz"}
+    assert "GET /readyz HTTP/1.1" not in output   # uvicorn's access log is off by default
+
+
+def test_uvicorn_access_log_and_request_log_are_settings():
+    with served({"CONVSEL_ACCESS_LOG": "true", "CONVSEL_REQUEST_LOG": "false"}) as (url, proc):
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    assert "GET /healthz HTTP/1.1" in proc.output
+    assert not [line for line in proc.output.splitlines() if line.startswith("{")]

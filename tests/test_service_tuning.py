@@ -71,9 +71,16 @@ def test_a_spent_budget_returns_the_measurement_unrecorded(client, monkeypatch):
 @pytest.mark.parametrize("change, status, code, field", [
     ({"budget_s": 0}, 422, "validation_error", "body.budget_s"),
     ({"budget_s": 1e6}, 422, "validation_error", "body.budget_s"),
-    ({"backend": "cuda"}, 422, "invalid_problem", "backend"),
+    ({"backend": "cuda"}, 422, "validation_error", "body.backend"),
     ({"problem": {**SMALL, "dtype": "QASYMM8"}}, 422, "unsupported", None),
-    ({"problem": {**SMALL, "h": 100000, "w": 100000}}, 413, "too_large", "x"),
+    ({"problem": {**SMALL, "h": 60000, "w": 60000}}, 413, "too_large", "x"),
+    ({"problem": {**SMALL, "h": 100000}}, 422, "validation_error", "body.problem.h"),
+    # small x, y and flops, but a padded input of 14 G elements
+    ({"problem": {**SMALL, "h": 1, "w": 1, "c": 1, "k": 1, "kh": 2, "kw": 2,
+                  "dilation": 60000, "pad": 59999, "stride": 65536}}, 413, "too_large", "pad"),
+    # a 1x1 input with a stride of 65535: one plane per stride phase in the numpy backend
+    ({"problem": {**SMALL, "h": 1, "w": 1, "c": 1, "k": 1, "kh": 1, "kw": 1, "pad": 0,
+                  "stride": 65535}}, 413, "too_large", "stride"),
     ({"problem": {**SMALL, "kh": 9}}, 422, "invalid_problem", "problem.h/w"),
 ])
 def test_bad_requests_name_the_field(client, change, status, code, field):
@@ -95,12 +102,17 @@ def test_a_broken_database_keeps_the_service_answering_with_the_rules(tmp_path, 
         ready = c.get("/readyz")
         assert ready.status_code == 200
         detail = ready.json()["detail"]["tuning"]
-        assert detail["available"] is False and "junk.sqlite" in detail["reason"]
+        # The reason, without the host path (CONVSEL_SHOW_PATHS shows it).
+        assert detail["available"] is False and "not a database" in detail["reason"]
+        assert str(tmp_path) not in ready.text
         sel = c.post("/v1/select", json={"problem": SMALL, "policy": "measured"}).json()
         assert sel["source"] == "rules" and sel["trace"][-1]["id"] == "measured.db-unavailable"
-        assert_error(c.get("/v1/tuning"), 503, "tuning_database_unavailable")
+        listed = assert_error(c.get("/v1/tuning"), 503, "tuning_database_unavailable")
+        assert str(tmp_path) not in listed["message"]
         body = c.post("/v1/tune", json={"problem": SMALL}).json()
-        assert body["recorded"] is False and "junk.sqlite" in body["note"]
+        assert body["recorded"] is False and "not a database" in body["note"]
+    with client_for(tuning_db=junk, show_paths=True) as c:
+        assert "junk.sqlite" in c.get("/readyz").json()["detail"]["tuning"]["reason"]
 
 
 def test_an_uncreatable_path_is_reported_unavailable(tmp_path, monkeypatch):

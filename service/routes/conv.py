@@ -9,11 +9,12 @@ headers say what ran. Decoding, the convolution and encoding run on the bounded 
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -24,17 +25,18 @@ from convsel import api as ops
 from convsel.errors import InvalidProblemError
 from convsel.problem import ConvProblem
 
-from ..convert import policy_available, to_problem, validate_body
-from ..errors import TooLargeError, UnsupportedMediaTypeError, responses
-from ..npy import NPY_MEDIA_TYPE, decode_base64, decode_bytes, encode_base64, encode_bytes
+from ..convert import check_size, to_problem, validate_body
+from ..errors import TooLargeError, responses
+from ..limits import JSON, MULTIPART, BodyRule
+from ..npy import NPY_MEDIA_TYPE, decode_base64, decode_file, encode_base64, encode_bytes
 from ..schemas import CONV2D_FORM_SCHEMA, Conv2dRequest, Conv2dResponse
 from ..state import ServiceState, StateDep
 
 router = APIRouter(prefix="/v1", tags=["convolution"])
 OPENAPI_MODELS = (Conv2dRequest,)
+BODIES = {"/v1/conv2d": BodyRule("max_conv_body_bytes", JSON + MULTIPART)}
 
 TENSORS = ("x", "w", "bias")
-_MEDIA = ("application/json", "multipart/form-data")
 _WIRE_DTYPES = {"F32": np.dtype(np.float32), "F16": np.dtype(np.float16)}
 _UNSAFE_HEADER_CHARS = re.compile(r"[^\x20-\x7e]+")
 _HEADERS_DOC = {f"X-Convsel-{name}": {"schema": {"type": "string"}, "description": text}
@@ -45,11 +47,12 @@ _HEADERS_DOC = {f"X-Convsel-{name}": {"schema": {"type": "string"}, "description
 
 @dataclass
 class Job:
-    """A request as read off the socket: JSON bytes, or multipart fields and file bytes."""
+    """A request as read off the socket: JSON bytes, or multipart fields and the uploaded
+    files (spooled to disk past 1 MiB by the form parser, decoded from there)."""
 
     body: bytes | None = None
     fields: dict[str, Any] = field(default_factory=dict)
-    files: dict[str, bytes] = field(default_factory=dict)
+    files: dict[str, BinaryIO] = field(default_factory=dict)
 
 
 @router.post(
@@ -66,8 +69,8 @@ async def conv2d(request: Request, state: StateDep) -> Response:
     comes back in the problem's layout and dtype. 503 + Retry-After when the pool is full."""
     assert state.pool is not None
     with state.pool.admit() as slot:
-        job = await _read(request, state)
-        result = await slot.run(_execute, job, state)
+        async with _read(request) as job:
+            result = await slot.run(_execute, job, state)
     headers = _headers(result)
     if NPY_MEDIA_TYPE in request.headers.get("accept", ""):
         return Response(encode_bytes(result.pop("y")), media_type=NPY_MEDIA_TYPE,
@@ -76,38 +79,39 @@ async def conv2d(request: Request, state: StateDep) -> Response:
     return JSONResponse(result, headers=headers)
 
 
-async def _read(request: Request, state: ServiceState) -> Job:
-    media = request.headers.get("content-type", "application/json").split(";")[0].strip()
-    if media.lower() == "application/json":
-        return Job(body=await request.body())
-    if media.lower() != "multipart/form-data":
-        raise UnsupportedMediaTypeError(media, _MEDIA)
+@asynccontextmanager
+async def _read(request: Request) -> AsyncIterator[Job]:
+    """The body as a Job; multipart uploads stay open (on disk) until the job is done.
+    The media type is one of the route's (service.limits checked it)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in MULTIPART:
+        yield Job(body=await request.body())
+        return
     job = Job()
     async with request.form(max_files=len(TENSORS), max_fields=16,
-                            max_part_size=1 << 20) as form:
+                            max_part_size=64 * 1024) as form:
         for name, value in form.multi_items():
             if isinstance(value, UploadFile):
-                job.files[name] = await value.read()
+                job.files[name] = value.file
             else:
                 job.fields[name] = value
-    return job
+        yield job
 
 
 def _execute(job: Job, state: ServiceState) -> dict[str, Any]:
     """On a pool thread: parse, check, convolve. Returns the answer with y as an array."""
     request, tensors = _parse(job, state)
     problem = to_problem(request.problem)
-    _check_size(problem, state)
+    check_size(state, problem)
     for name, array in tensors.items():
         _check_dtype(name, array, problem)
     s = state.settings
     start = time.perf_counter()
-    with policy_available(request.policy):
-        op = ops.prepare(problem, tensors["w"], tensors.get("bias"),
-                         weights_layout=request.weights_layout, algorithm=request.algorithm,
-                         backend=request.backend or s.default_backend,
-                         target=request.target or s.default_target, device=s.default_device,
-                         policy=request.policy, rules=state.loaded_rules())
+    op = ops.prepare(problem, tensors["w"], tensors.get("bias"),
+                     weights_layout=request.weights_layout, algorithm=request.algorithm,
+                     backend=request.backend or s.default_backend,
+                     target=state.target(request.target), device=s.default_device,
+                     policy=request.policy, rules=state.loaded_rules())
     if op.workspace_bytes > s.max_workspace_bytes:
         raise TooLargeError("problem", op.workspace_bytes, s.max_workspace_bytes,
                             f"{op.algorithm} workspace bytes")
@@ -124,9 +128,14 @@ def _parse(job: Job, state: ServiceState) -> tuple[Conv2dRequest, dict[str, np.n
     limits = state.tensor_limits
     if job.body is not None:
         request = validate_body(Conv2dRequest, job.body, json=True)
-        texts = {name: getattr(request, name) for name in TENSORS}
-        return request, {name: decode_base64(name, text, limits)
-                         for name, text in texts.items() if text is not None}
+        job.body = None   # the bytes are parsed: let them go before the tensors are decoded
+        tensors = {}
+        for name in TENSORS:
+            text = getattr(request, name)
+            if text is not None:
+                tensors[name] = decode_base64(name, text, limits)
+                setattr(request, name, "")   # each text freed once its tensor exists
+        return request, tensors
     for name in job.fields.keys() & set(TENSORS):
         raise InvalidProblemError(name, "text field", "send tensors as .npy file parts")
     unknown = sorted(job.files.keys() - set(TENSORS))
@@ -137,7 +146,8 @@ def _parse(job: Job, state: ServiceState) -> tuple[Conv2dRequest, dict[str, np.n
         fields["problem"] = _json_field("problem", fields["problem"])
     placeholders = {name: "" for name in job.files}   # the model's tensor fields are text
     request = validate_body(Conv2dRequest, {**fields, **placeholders})
-    return request, {name: decode_bytes(name, raw, limits) for name, raw in job.files.items()}
+    return request, {name: decode_file(name, stream, limits)
+                     for name, stream in job.files.items()}
 
 
 def _json_field(name: str, text: str) -> Any:
@@ -145,15 +155,6 @@ def _json_field(name: str, text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise InvalidProblemError(name, text[:64], f"not valid JSON: {exc}") from None
-
-
-def _check_size(p: ConvProblem, state: ServiceState) -> None:
-    s = state.settings
-    elements = math.prod(p.output_shape)
-    if elements > s.max_tensor_elements:
-        raise TooLargeError("y", elements, s.max_tensor_elements, "output elements")
-    if p.flops > s.max_conv_flops:
-        raise TooLargeError("problem", p.flops, s.max_conv_flops, "convolution flops")
 
 
 def _check_dtype(name: str, array: np.ndarray, p: ConvProblem) -> None:

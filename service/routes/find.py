@@ -3,45 +3,45 @@
 
 Bounded as /v1/tune is, and sharing its guard: one timing at a time per process (503 with
 Retry-After), a time budget per request, the size limits of /v1/conv2d, and the server's
-``CONVSEL_MAX_WORKSPACE_BYTES`` as a ceiling on the request's own workspace limit. When the
-environment sets ``CONVSEL_API_TOKEN``, requests must carry ``Authorization: Bearer
-<token>`` (timing costs the server seconds of CPU, so it can be reserved).
+``CONVSEL_MAX_WORKSPACE_BYTES`` as a ceiling on the request's own workspace limit. Timing costs
+the server seconds of CPU, so the route takes the API token when the server has one.
 """
 
 from __future__ import annotations
 
-import hmac
 import math
-import os
 import time
 from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from convsel import backends
 from convsel.errors import BackendUnavailableError, InvalidProblemError
 from convsel.finder import find
 
-from ..convert import json_body, to_problem, validate_body
-from ..errors import error_body, responses
-from ..schemas import ErrorBody, ProblemIn
+from ..auth import TOKEN
+from ..convert import check_size, json_body, to_problem, validate_body
+from ..errors import responses
+from ..limits import BodyRule
+from ..schemas import MAX_NAME, Backend, ProblemIn
 from ..state import ServiceState, state_of
 from . import tuning
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
-TOKEN_ENV = "CONVSEL_API_TOKEN"
+BODIES = {"/v1/find": BodyRule("max_body_bytes")}
 
 
 class FindRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    problem: ProblemIn
-    target: str | None = Field(None, description="the ACL target whose rules' pick is "
-                               "reported beside the ranking; default: the server's")
-    backend: str | None = Field(None, description="numpy or opencl; default: the server's")
+    problem: ProblemIn  # type: ignore[valid-type]
+    target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra={
+        "x-convsel": "target"}, description="the ACL target whose rules' pick is "
+        "reported beside the ranking; default: the server's")
+    backend: Backend | None = Field(  # type: ignore[valid-type]
+        None, description="default: the server's")
     budget_s: float = Field(10.0, gt=0, le=tuning.MAX_BUDGET_S,
                             description="stop timing after about this many seconds")
     max_workspace_bytes: int | None = Field(
@@ -83,24 +83,19 @@ class FindResponse(BaseModel):
 
 
 OPENAPI_MODELS = (FindRequest,)
-_UNAUTHORIZED = {401: {"model": ErrorBody,
-                       "description": f"{TOKEN_ENV} is set and the bearer token is missing "
-                                      "or wrong"}}
 
 
-@router.post("/find", response_model=FindResponse,
-             responses={**_UNAUTHORIZED, **responses(413, 422, 503)},
+@router.post("/find", response_model=FindResponse, dependencies=[TOKEN],
+             responses=responses(401, 413, 415, 422, 503),
              openapi_extra=json_body("FindRequest"))
 async def find_route(request: Request) -> Any:
     """Every algorithm and variant that can run ``problem`` here, ranked by measured time,
-    each with its spread, workspace, status and reason."""
-    denied = _unauthorized(request)
-    if denied is not None:
-        return denied
+    each with its spread, workspace, status and reason. Needs the API token when the server
+    has one."""
     state = state_of(request)
     body = validate_body(FindRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
-    tuning._check_size(state, problem)
+    check_size(state, problem)
     if not tuning._running.acquire(blocking=False):
         wait = max(state.settings.retry_after_seconds,
                    math.ceil(tuning._running_until - time.monotonic()))
@@ -110,20 +105,6 @@ async def find_route(request: Request) -> Any:
         return await anyio.to_thread.run_sync(_find, state, problem, body)
     finally:
         tuning._running.release()
-
-
-def _unauthorized(request: Request) -> JSONResponse | None:
-    token = os.environ.get(TOKEN_ENV)
-    if not token:
-        return None
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
-                                                          token.encode()):
-        return None
-    body = error_body("unauthorized", "this route needs Authorization: Bearer <token> "
-                      f"(the server sets {TOKEN_ENV})", field="authorization",
-                      rule="a bearer token equal to the server's")
-    return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
 
 def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any]:
@@ -138,8 +119,12 @@ def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any
     limit = s.max_workspace_bytes if body.max_workspace_bytes is None else min(
         body.max_workspace_bytes, s.max_workspace_bytes)
     started = time.perf_counter()
-    result = find(problem, backend=backend, device=s.default_device,
-                  target=body.target or s.default_target, rules=state.loaded_rules(),
+    target = s.default_target if body.target is None else body.target
+    result = find(problem, backend=backend, device=s.default_device, target=target,
+                  rules=state.loaded_rules(),
                   max_workspace_bytes=limit, store=body.store, db=s.tuning_db,
                   budget_s=body.budget_s)
-    return {**result.to_dict(), "elapsed_s": round(time.perf_counter() - started, 3)}
+    answer = {**result.to_dict(), "elapsed_s": round(time.perf_counter() - started, 3)}
+    if not s.show_paths:
+        answer["database"] = None
+    return answer

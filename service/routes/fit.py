@@ -8,56 +8,66 @@ token when ``CONVSEL_API_TOKEN`` is set.
 
 from __future__ import annotations
 
-import hmac
-import os
 import threading
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, FastAPI, Request
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from convsel import backends
 from convsel.errors import InvalidProblemError, TuningDatabaseError
 from convsel.tuning.db import open_db
 from convsel.tuning.identity import device_identity
 
+from ..auth import TOKEN
+from ..convert import json_body, validate_body
 from ..errors import BusyError, responses
-from ..state import ServiceState, StateDep
+from ..limits import BodyRule
+from ..schemas import MAX_NAME, Backend, integral
+from ..state import ServiceState, StateDep, state_of
 
 MAX_ENTRIES = 20000
 _running = threading.Lock()
 
-
-async def _require_token_from_env(request: Request) -> None:
-    token = os.environ.get("CONVSEL_API_TOKEN")
-    if not token:
-        return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    # constant time: the answer's timing must not reveal a prefix of the token
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
-                                                              token.encode()):
-        raise HTTPException(401, "send 'Authorization: Bearer <token>' (CONVSEL_API_TOKEN)",
-                            headers={"WWW-Authenticate": "Bearer"})
-
-
-try:   # the service's own token dependency, where this service has one
-    from ..auth import TOKEN  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
-    TOKEN = Depends(_require_token_from_env)
-
 router = APIRouter(prefix="/v1", tags=["tuning"])
+BODIES = {"/v1/fit": BodyRule("max_body_bytes")}
 
 
 class FitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    backend: str | None = Field(None, description="numpy or opencl; default: the server's")
-    device: str | None = Field(None, description="OpenCL device; default: the server's")
-    families: list[str] | None = Field(None, description="model families to compare "
-                                       "(default: every installed one)")
-    max_entries: int = Field(MAX_ENTRIES, ge=8, le=MAX_ENTRIES,
+    backend: Backend | None = Field(  # type: ignore[valid-type]
+        None, description="default: the server's")
+    device: str | None = Field(None, max_length=MAX_NAME,
+                               description="OpenCL device; default: the server's")
+    families: list[Literal["roofline", "gbt"]] | None = Field(
+        None, max_length=2, description="model families to compare (default: every "
+        "installed one)")
+    max_entries: Annotated[StrictInt, BeforeValidator(integral)] = Field(
+        MAX_ENTRIES, ge=8, le=MAX_ENTRIES,
                              description="fit on at most this many entries, newest first")
+
+
+class FitResponse(BaseModel):
+    backend: str
+    device: dict[str, str]
+    family: str
+    id: str
+    training_problems: int
+    training_rows: int
+    held_out: dict[str, Any]
+    fit_seconds: float
+    created: float | None
+
+
+class ModelIdentity(BaseModel):
+    backend: str | None = None
+    model: dict[str, Any] | None
+    reason: str | None
+
+
+OPENAPI_MODELS = (FitRequest,)
 
 
 class FitBusyError(BusyError):
@@ -67,10 +77,14 @@ class FitBusyError(BusyError):
                                  f"retry after {retry_after} s")
 
 
-@router.post("/fit", dependencies=[TOKEN], responses=responses(422, 503))
-async def fit_model(body: FitRequest, state: StateDep) -> dict[str, Any]:
+@router.post("/fit", response_model=FitResponse, dependencies=[TOKEN],
+             responses=responses(401, 413, 415, 422, 503), openapi_extra=json_body("FitRequest"))
+async def fit_model(request: Request) -> dict[str, Any]:
     """Fit the cost model of this server's backend and device and store it in the database;
-    answers the stored model's identity and each family's held-out regret."""
+    answers the stored model's identity and each family's held-out regret. Needs the API
+    token when the server has one."""
+    state = state_of(request)
+    body = validate_body(FitRequest, await request.body(), json=True)
     if not _running.acquire(blocking=False):
         raise FitBusyError(state.settings.retry_after_seconds)
     try:
@@ -79,8 +93,10 @@ async def fit_model(body: FitRequest, state: StateDep) -> dict[str, Any]:
         _running.release()
 
 
-@router.get("/fit", responses=responses(503))
-async def model_identity(state: StateDep, backend: str | None = None) -> dict[str, Any]:
+@router.get("/fit", response_model=ModelIdentity, responses=responses(422, 503))
+async def model_identity(state: StateDep,
+                         backend: Backend | None = None,  # type: ignore[valid-type]
+                         ) -> dict[str, Any]:
     """The identity of the model the predicted policy uses here (null when there is none)."""
     return await anyio.to_thread.run_sync(_identity, state, backend)
 

@@ -13,6 +13,8 @@ from convsel.problem import ConvProblem
 from convsel.rules import METHODS
 from convsel.targets import resolve_target, target_names
 
+from ..auth import TOKEN
+from ..errors import responses
 from ..metrics import CONTENT_TYPE
 from ..schemas import (
     BackendsResponse,
@@ -45,10 +47,11 @@ async def readyz(request: Request, state: StateDep) -> JSONResponse:
     return JSONResponse({"ready": ready, "detail": detail}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", tags=["health"], response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}})
+@router.get("/metrics", tags=["health"], response_class=Response, dependencies=[TOKEN],
+            responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}},
+                       **responses(401)})
 async def metrics(state: StateDep) -> Response:
-    """Prometheus text exposition."""
+    """Prometheus text exposition (needs the API token when the server has one)."""
     body = await run_in_threadpool(state.metrics.render)  # describe() may touch a device
     return Response(body, media_type=CONTENT_TYPE)
 
@@ -70,7 +73,8 @@ async def methods() -> dict[str, Any]:
     runs = {m: list(dict.fromkeys(algorithms.algorithm_for(m, p) for p in _PROBES))
             for m in METHODS}
     return {"methods": [{"method": m, "algorithms": algs} for m, algs in runs.items()],
-            "algorithms": [{"algorithm": a, "methods": [m for m in METHODS if a in runs[m]]
+            "algorithms": [{"algorithm": a, "description": algorithms.SPECS[a].description,
+                            "methods": [m for m in METHODS if a in runs[m]]
                             or _registry_methods(a), "backends": backends.backends_for(a)}
                            for a in algorithms.ALGORITHMS]}
 
@@ -106,8 +110,9 @@ def _backend_rows(probed: dict[str, Any], describers: dict[str, Any]) -> list[di
 
 @router.get("/v1/rules", response_model=RulesResponse, tags=["meta"])
 async def rules(state: StateDep) -> dict[str, Any]:
-    """The loaded rules: version, digest (first 16 hex of the file's SHA-256) and content."""
+    """The loaded rules: version, digest (first 16 hex of the file's SHA-256), source
+    ('packaged' or 'custom'; the path with CONVSEL_SHOW_PATHS=1) and content."""
     loaded = state.loaded_rules()
-    return {"version": loaded.version, "digest": loaded.digest, "source": loaded.source,
-            "rules": state.rules_json}
+    return {"version": loaded.version, "digest": loaded.digest,
+            "source": state.rules_source(loaded), "rules": state.rules_json}
 

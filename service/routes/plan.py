@@ -1,29 +1,76 @@
 """POST /v1/plan: upload an ONNX model (multipart), get the plan of every Conv as JSON.
 
 The model is parsed with the ``onnx`` package and never run; external data files named inside
-the model are never opened. The upload is size-limited (``CONVSEL_MAX_MODEL_BYTES`` when the
-settings define it, else ``CONVSEL_MAX_BODY_BYTES``); a model that cannot be planned is a 422
-naming the node or the reason.
+the model are never opened. Models have their own limit (``CONVSEL_MAX_MODEL_BYTES``, 512 MiB:
+the real ResNet-50 is 102 MB). The upload streams to a temporary file, the model is parsed from
+it and its weights' values dropped before planning (shapes are all a plan needs). One plan
+runs at a time per process (503 with Retry-After meanwhile): parsing a large model costs
+a few times its size in memory. A model that cannot be planned is a 422 naming the node or
+the reason.
 """
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Annotated, Any
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO, Literal
 
 import anyio
-from fastapi import APIRouter, FastAPI, File, Form, UploadFile
-from pydantic import BaseModel, ConfigDict
+from fastapi import APIRouter, FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import UploadFile
 
 from convsel.onnx import plan
 from convsel.onnx.errors import PlanError
+from convsel.onnx.reader import load_model
 from convsel.onnx.shapes import parse_input_shape
+from convsel.policies import POLICIES
 
-from ..errors import TooLargeError
-from ..state import ServiceState, StateDep
+from ..convert import selection_options, validate_body
+from ..errors import BusyError, TooLargeError, responses
+from ..limits import MULTIPART, BodyRule
+from ..schemas import MAX_NAME, TARGET_FIELD
+from ..state import ServiceState, state_of
 
 router = APIRouter(tags=["plan"])
 _CHUNK = 1 << 20
+_FIELD_BYTES = 64 * 1024
+_KEEP_BYTES = 4096   # initializers up to this size keep their values (shape constants)
+# The form's other fields on top of the model's own limit.
+BODIES = {"/v1/plan": BodyRule("max_model_bytes", MULTIPART, overhead=1 << 20)}
+_planning = threading.Lock()
+
+
+class PlanForm(BaseModel):
+    """The form's fields besides the ``model`` file part."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra=TARGET_FIELD,
+                               description="cpu, G77, ...; default: the server's")
+    policy: Literal[tuple(POLICIES)] = "acl"  # type: ignore[valid-type]
+    input_shape: list[str] = Field(
+        [], max_length=64, description="NAME=D0,D1,... for an input left unknown (repeatable)")
+    fast_math: bool = False
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+
+
+_FORM_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["model"], "additionalProperties": False,
+    "properties": {
+        "model": {"type": "string", "format": "binary", "description": "the .onnx file"},
+        "target": {"type": "string", "maxLength": MAX_NAME, **TARGET_FIELD},
+        "policy": {"type": "string", "enum": list(POLICIES), "default": "acl"},
+        "input_shape": {"type": "array", "maxItems": 64,
+                        "items": {"type": "string", "maxLength": 256},
+                        "description": "NAME=D0,D1,... for an input left unknown"},
+        "fast_math": {"type": "boolean", "default": False},
+        "layout": {"type": "string", "enum": ["NCHW", "NHWC"], "default": "NCHW"},
+    },
+}
 
 
 class PlanResponse(BaseModel):
@@ -42,57 +89,93 @@ class PlanResponse(BaseModel):
     convsel: str
 
 
+class PlanningBusyError(BusyError):
+    """Another model is being planned in this process (HTTP 503 with Retry-After)."""
+
+    def __init__(self, retry_after: int) -> None:
+        self.retry_after = retry_after
+        Exception.__init__(self, f"a model is already being planned on this server (one at a "
+                                 f"time); retry after {retry_after} s")
+
+
 @router.post("/v1/plan", response_model=PlanResponse, summary="plan every Conv of an ONNX model",
-             responses={413: {"description": "the model is larger than the limit"},
-                        422: {"description": "not ONNX, no Conv, bad opset or unknown shape"}})
-async def post_plan(
-    state: StateDep,
-    model: Annotated[UploadFile, File(description="the .onnx file")],
-    target: Annotated[str | None, Form(description="cpu, G77, ...")] = None,
-    policy: Annotated[str, Form(description="acl or measured")] = "acl",
-    input_shape: Annotated[list[str] | None, Form(
-        description="NAME=D0,D1,... for an input left unknown (repeatable)")] = None,
-    fast_math: Annotated[bool, Form()] = False,
-    layout: Annotated[str, Form(description="NCHW or NHWC")] = "NCHW",
-) -> dict[str, Any]:
+             responses=responses(413, 415, 422, 503),
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "multipart/form-data": {"schema": _FORM_SCHEMA}}}})
+async def post_plan(request: Request) -> dict[str, Any]:
     """Answer for every 2-D Conv node: method, algorithm, deciding rule, fused activation,
     near misses of ACL's tables and, with ``policy=measured``, the tuning database's timing."""
-    data = await _read_limited(model, _limit(state))
-    shapes = dict(parse_input_shape(text) for text in input_shape or [])
-    run = partial(plan, data, target or state.settings.default_target, policy,
-                  input_shapes=shapes, fast_math=fast_math, layout=layout,
-                  rules=state.loaded_rules(), **_policy_options(state, policy))
-    result = await anyio.to_thread.run_sync(run)   # shape inference is CPU-bound
+    state = state_of(request)
+    if not _planning.acquire(blocking=False):
+        raise PlanningBusyError(state.settings.retry_after_seconds)
+    try:
+        async with request.form(max_files=1, max_fields=80,
+                                max_part_size=_FIELD_BYTES) as form:
+            upload = form.get("model")
+            fields: dict[str, Any] = {k: v for k, v in form.multi_items()
+                                      if k not in ("model", "input_shape")}
+            fields["input_shape"] = form.getlist("input_shape")
+            if not isinstance(upload, UploadFile):
+                raise PlanError("send the model as the file part 'model'",
+                                value=type(upload).__name__ if upload is not None else None)
+            if any(isinstance(v, UploadFile) for v in fields.values()):
+                raise PlanError("only 'model' may be a file part")
+            options = validate_body(PlanForm, fields)
+            return await anyio.to_thread.run_sync(_plan_upload, state, upload.file,
+                                                  upload.filename, options)
+    finally:
+        _planning.release()
+
+
+def _plan_upload(state: ServiceState, upload: BinaryIO, filename: str | None,
+                 form: PlanForm) -> dict[str, Any]:
+    shapes = dict(parse_input_shape(text) for text in form.input_shape)
+    with _model_file(upload, state.settings.max_model_bytes, filename) as path:
+        try:
+            model = _without_weights(load_model(path))
+        except PlanError as exc:
+            if exc.node is None and exc.value == path:
+                exc.value = filename   # the temporary file's path means nothing to the caller
+            raise
+    result = plan(model, state.target(form.target), form.policy, input_shapes=shapes,
+                  fast_math=form.fast_math, layout=form.layout, rules=state.loaded_rules(),
+                  **selection_options(state, form.policy, None, None))
     return result.to_dict()
 
 
-def _limit(state: ServiceState) -> int:
-    s = state.settings
-    return int(getattr(s, "max_model_bytes", s.max_body_bytes))
+def _without_weights(model: Any) -> Any:
+    """The model with its large initializers' values dropped (their shapes kept): planning
+    reads shapes, and shape inference copies the whole model several times over (a 100 MB
+    model cost 540 MB of peak memory with its weights, about 2x its size without). Dropped
+    values are marked as external data, which the planner never opens."""
+    from onnx import TensorProto
+
+    for init in model.graph.initializer:
+        if max(len(init.raw_data), 4 * len(init.float_data)) <= _KEEP_BYTES:
+            continue
+        init.ClearField("raw_data")
+        init.ClearField("float_data")
+        init.data_location = TensorProto.EXTERNAL
+        del init.external_data[:]
+        init.external_data.add(key="location", value="(not uploaded)")
+    return model
 
 
-async def _read_limited(upload: UploadFile, limit: int) -> bytes:
-    chunks, size = [], 0
-    while chunk := await upload.read(_CHUNK):
-        size += len(chunk)
-        if size > limit:
-            raise TooLargeError("model", size, limit, "model size in bytes")
-        chunks.append(chunk)
+@contextmanager
+def _model_file(upload: BinaryIO, limit: int, filename: str | None) -> Iterator[str]:
+    """The upload copied, in chunks, to a named temporary file that the planner opens: the
+    parser reads the file once and frees the bytes as soon as the model is parsed."""
+    upload.seek(0, 2)
+    size = upload.tell()
+    if size > limit:
+        raise TooLargeError("model", size, limit, "model size in bytes")
     if not size:
-        raise PlanError("not an ONNX model: the upload is empty", value=upload.filename)
-    return b"".join(chunks)
-
-
-def _policy_options(state: ServiceState, policy: str) -> dict[str, Any]:
-    if policy != "measured":
-        return {}
-    s = state.settings
-    options: dict[str, Any] = {"backend": s.default_backend}
-    if s.tuning_db is not None:
-        options["db"] = s.tuning_db
-    if s.default_device is not None:
-        options["device"] = s.default_device
-    return options
+        raise PlanError("not an ONNX model: the upload is empty", value=filename)
+    upload.seek(0)
+    with tempfile.NamedTemporaryFile(prefix="convsel-plan-", suffix=".onnx") as copy:
+        shutil.copyfileobj(upload, copy, _CHUNK)
+        copy.flush()
+        yield copy.name
 
 
 def ready(app: FastAPI) -> dict[str, Any]:

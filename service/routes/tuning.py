@@ -11,28 +11,33 @@ directory); when it cannot be opened the service still answers, with ACL's rules
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import anyio
-from fastapi import APIRouter, FastAPI, Query
+from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from convsel import backends
-from convsel.errors import BackendUnavailableError, InvalidProblemError, TuningDatabaseError
+from convsel.errors import BackendUnavailableError, TuningDatabaseError
 from convsel.policies import choose
 from convsel.problem import ConvProblem
 from convsel.tuning.db import TuningDB, open_db
 from convsel.tuning.measure import Measurement, device_identity, measure
 
-from ..convert import to_problem
-from ..errors import BusyError, TooLargeError, responses
-from ..schemas import ProblemIn
-from ..state import ServiceState, StateDep
+from ..auth import TOKEN
+from ..convert import check_size, json_body, to_problem, validate_body
+from ..errors import BusyError, responses
+from ..limits import BodyRule
+from ..schemas import MAX_NAME, Backend, ProblemIn
+from ..state import ServiceState, StateDep, state_of
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
+BODIES = {"/v1/tune": BodyRule("max_body_bytes")}
 
 MAX_BUDGET_S = 60.0
 _running = threading.Lock()      # one tuning per process: timings of two would disturb both
@@ -40,16 +45,22 @@ _running_until = 0.0             # when the running tuning's budget ends (for Re
 
 
 class TuneRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    problem: ProblemIn
-    target: str | None = Field(None, description="the ACL target whose rules break a tie; "
-                               "default: the server's")
-    backend: str | None = Field(None, description="numpy or opencl; default: the server's")
-    device: str | None = Field(None, description="OpenCL device; default: the server's")
+    problem: ProblemIn  # type: ignore[valid-type]
+    target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra={
+        "x-convsel": "target"}, description="the ACL target whose rules break a tie; "
+        "default: the server's")
+    backend: Backend | None = Field(  # type: ignore[valid-type]
+        None, description="default: the server's")
+    device: str | None = Field(None, max_length=MAX_NAME,
+                               description="OpenCL device; default: the server's")
     budget_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S,
                             description="stop timing after about this many seconds")
     retune: bool = Field(False, description="time it again although the database has it")
+
+
+OPENAPI_MODELS = (TuneRequest,)
 
 
 class TuneResponse(BaseModel):
@@ -59,7 +70,7 @@ class TuneResponse(BaseModel):
 
     problem: dict[str, Any]
     backend: str
-    device: dict[str, str]
+    device: dict[str, Any]
     cached: bool
     complete: bool
     recorded: bool
@@ -71,6 +82,36 @@ class TuneResponse(BaseModel):
     selection: dict[str, Any]
 
 
+class DatabaseStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    ok: bool
+    writable: bool
+    entries: int
+    path: str | None = Field(None, description="shown with CONVSEL_SHOW_PATHS=1")
+
+
+class TuningEntryOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    problem: dict[str, Any]
+    backend: str
+    device: dict[str, Any]
+    winner: str | None
+    tie: list[str]
+    timings: dict[str, Any]
+    current: bool = Field(description="whether this server's convsel would use the entry")
+
+
+class TuningResponse(BaseModel):
+    """The database's status and its newest entries."""
+
+    database: DatabaseStatus
+    count: int
+    returned: int
+    entries: list[TuningEntryOut]
+
+
 class TuningBusyError(BusyError):
     """Another tuning is running on this server (HTTP 503 with Retry-After)."""
 
@@ -80,32 +121,43 @@ class TuningBusyError(BusyError):
                                  f"time); retry after {retry_after} s")
 
 
-@router.post("/tune", response_model=TuneResponse, responses=responses(413, 422, 503))
-async def tune(body: TuneRequest, state: StateDep) -> dict[str, Any]:
-    """Time every algorithm that can run ``problem`` and record the result (bounded)."""
+@router.post("/tune", response_model=TuneResponse, dependencies=[TOKEN],
+             responses=responses(401, 413, 415, 422, 503), openapi_extra=json_body("TuneRequest"))
+async def tune(request: Request) -> dict[str, Any]:
+    """Time every algorithm that can run ``problem`` and record the result (bounded). Needs
+    the API token when the server has one."""
     global _running_until
+    state = state_of(request)
+    body = validate_body(TuneRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
-    _check_size(state, problem)
+    check_size(state, problem)
     if not _running.acquire(blocking=False):
         wait = max(state.settings.retry_after_seconds,
                    math.ceil(_running_until - time.monotonic()))
         raise TuningBusyError(wait)
     try:
-        _running_until = time.monotonic() + body.budget_s
+        _running_until = time.monotonic() + _budget(state, body)
         return await anyio.to_thread.run_sync(_tune, state, problem, body)
     finally:
         _running.release()
 
 
-@router.get("/tuning", responses=responses(503))
-async def tuning(state: StateDep, backend: str | None = None,
+@router.get("/tuning", response_model=TuningResponse, responses=responses(422, 503))
+async def tuning(state: StateDep,
+                 backend: Literal[tuple(backends.BACKENDS)] | None = None,  # type: ignore
                  limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
     """The database's status and its entries (newest last), with ``current`` telling whether
     this server's convsel and implementations would use each."""
-    db = open_db(state.settings.tuning_db)
-    entries = await anyio.to_thread.run_sync(lambda: db.entries(backend=backend))
-    return {"database": db.status(), "count": len(entries), "returned": min(limit,
-                                                                            len(entries)),
+    try:
+        db = open_db(state.settings.tuning_db)
+        entries = await anyio.to_thread.run_sync(lambda: db.entries(backend=backend))
+        status = db.status()
+    except TuningDatabaseError as exc:
+        raise TuningDatabaseError(state.public(str(exc))) from None
+    if not state.settings.show_paths:
+        status.pop("path", None)
+    return {"database": state.public(status), "count": len(entries),
+            "returned": min(limit, len(entries)),
             "entries": [{**e.to_dict(), "current": e.is_current} for e in entries[-limit:]]}
 
 
@@ -113,26 +165,46 @@ def ready(app: FastAPI) -> dict[str, Any]:
     """The database never makes the service unready: without it, answers come from rules."""
     state: ServiceState = app.state.convsel
     try:
-        return {"ok": True, "available": True, **open_db(state.settings.tuning_db).status()}
+        status = open_db(state.settings.tuning_db).status()
     except TuningDatabaseError as exc:
         return {"ok": True, "available": False, "reason": str(exc)}
-
-
-def _check_size(state: ServiceState, p: ConvProblem) -> None:
-    s = state.settings
-    for name, elements in (("x", p.n * p.h * p.w * p.c), ("y", p.n * p.out_h * p.out_w * p.k)):
-        if elements > s.max_tensor_elements:
-            raise TooLargeError(name, elements, s.max_tensor_elements, "tensor elements")
-    if p.flops > s.max_conv_flops:
-        raise TooLargeError("problem", p.flops, s.max_conv_flops, "convolution flops")
+    if not state.settings.show_paths:
+        status.pop("path", None)
+    return {"ok": True, "available": True, **status}
 
 
 def _tune(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
+    try:
+        return _tune_once(state, problem, body)
+    finally:
+        release_memory()
+
+
+def release_memory() -> None:
+    """Hand the heap's free pages back to the system after a tuning. Timing a large problem
+    allocates and frees hundreds of MB of arrays in many sizes; glibc keeps the freed
+    blocks in its arenas, and the server would keep that peak for good. (No gc.collect():
+    the arrays are freed by reference counting, and a full collection costs 0.1-0.5 s on a
+    large heap.)"""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _load_malloc_trim() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
     s = state.settings
-    backend, device = body.backend or s.default_backend, body.device or s.default_device
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    backend = body.backend or s.default_backend
+    device = body.device if body.device is not None else s.default_device
     ready = backends.available(backend)
     if not ready.ok:
         raise BackendUnavailableError(ready.reason, backend=backend)
@@ -146,23 +218,28 @@ def _tune(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[
                 "timings": dict(entry.timings), "device": dict(entry.device)}
     else:
         m = measure(problem, backend, device, rules=state.loaded_rules(),
-                    budget_s=body.budget_s)
+                    budget_s=_budget(state, body))
         recorded, note = _record(db, m, note)
         view = {"cached": False, "complete": m.complete, "recorded": recorded, "note": note,
                 "winner": m.winner, "tie": list(m.tie), "device": dict(m.device),
                 "timings": {**m.timings, **{k: {"skipped": v} for k, v in m.skipped.items()}}}
-    sel = choose(problem, body.target or s.default_target, rules=state.loaded_rules(),
+    sel = choose(problem, state.target(body.target), rules=state.loaded_rules(),
                  policy="measured", backend=backend, device=device,
                  db=db if db is not None else s.tuning_db)
     return {"problem": problem.to_dict(), "backend": backend, **view,
-            "elapsed_s": round(time.perf_counter() - started, 3), "selection": sel.to_dict()}
+            "elapsed_s": round(time.perf_counter() - started, 3),
+            "selection": state.public(sel.to_dict())}
+
+
+def _budget(state: ServiceState, body: TuneRequest) -> float:
+    return min(body.budget_s, state.settings.max_tune_seconds)
 
 
 def _database(state: ServiceState) -> tuple[TuningDB | None, str | None]:
     try:
         return open_db(state.settings.tuning_db), None
     except TuningDatabaseError as exc:
-        return None, f"not recorded: {exc}"
+        return None, f"not recorded: {state.public(str(exc))}"
 
 
 def _record(db: TuningDB | None, m: Measurement, note: str | None) -> tuple[bool, str | None]:

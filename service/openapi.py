@@ -1,0 +1,127 @@
+"""The OpenAPI document, made to say exactly what this server accepts and answers.
+
+FastAPI's schema, plus what only the running configuration knows:
+
+* targets: the rules' target names as an enum, and the pattern of every other name the
+  library resolves (case-insensitive names, Mali device names);
+* the batch's ``maxItems`` (``CONVSEL_MAX_BATCH_SIZE``);
+* the bearer scheme on routes that need the token, only when ``CONVSEL_API_TOKEN`` is set
+  (otherwise their 401 is impossible and is not listed);
+* every 422 answered with the service's :class:`~service.schemas.ErrorBody`, never FastAPI's
+  ``HTTPValidationError`` (the service's handlers answer all validation errors).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from pydantic.json_schema import models_json_schema
+
+from convsel.rules import Rules, load_rules
+from convsel.targets import target_names
+
+from .auth import require_token
+from .schemas import MAX_NAME, ErrorBody
+from .state import ServiceState
+
+BEARER = "bearerAuth"
+_ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
+
+
+def build(app: FastAPI, modules: Sequence[ModuleType], state: ServiceState) -> dict[str, Any]:
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                         routes=app.routes)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    extra = [m for module in modules for m in getattr(module, "OPENAPI_MODELS", ())]
+    _, defs = models_json_schema([(m, "validation") for m in (*extra, ErrorBody)],
+                                 ref_template="#/components/schemas/{model}")
+    for name, definition in defs.get("$defs", {}).items():
+        components.setdefault(name, definition)
+    rules = state.rules or load_rules(state.settings.heuristics)
+    _fill(schema, target_schema(rules), state.settings.max_batch_size)
+    _security(schema, modules, token=state.settings.api_token is not None)
+    _error_bodies(schema)
+    app.openapi_schema = schema
+    return schema
+
+
+def target_schema(rules: Rules) -> dict[str, Any]:
+    """What ``convsel.targets.resolve_target`` accepts: a known name, in any case and with
+    surrounding blanks, or any name with "mali" in it (a Mali device name)."""
+    names = target_names(rules)
+    known = "|".join(_any_case(n) for n in [*names, "cpu_nofp16"])
+    pattern = rf"^\s*(?:{known}|[\s\S]*{_any_case('mali')}[\s\S]*)\s*$"
+    return {"anyOf": [{"type": "string", "enum": names},
+                      {"type": "string", "pattern": pattern, "maxLength": MAX_NAME}]}
+
+
+def _any_case(name: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in name)
+
+
+def _fill(node: Any, target: dict[str, Any], max_batch: int) -> None:
+    """Replace the marked fields' schemas in place (see service.schemas.TARGET_FIELD)."""
+    if isinstance(node, list):
+        for item in node:
+            _fill(item, target, max_batch)
+        return
+    if not isinstance(node, dict):
+        return
+    mark = node.pop("x-convsel", None)
+    if mark == "target":
+        _retarget(node, target)
+    elif mark == "batch":
+        node["maxItems"] = max_batch
+    for value in node.values():
+        _fill(value, target, max_batch)
+
+
+def _retarget(node: dict[str, Any], target: dict[str, Any]) -> None:
+    members = node.get("anyOf")
+    if members is None:              # a plain string field (a form's)
+        for key in ("type", "maxLength"):
+            node.pop(key, None)
+        node.update(target)
+        return
+    node["anyOf"] = [m for m in members if m.get("type") != "string"] + target["anyOf"]
+
+
+def _security(schema: dict[str, Any], modules: Sequence[ModuleType], *, token: bool) -> None:
+    routes = [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+    guarded = {(r.path, m.lower()) for r in routes for m in r.methods
+               if any(d.dependency is require_token for d in r.dependencies)}
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            if (path, method) not in guarded:
+                continue
+            if token:
+                operation["security"] = [{BEARER: []}]
+            else:
+                operation.get("responses", {}).pop("401", None)
+    if token:
+        schema["components"].setdefault("securitySchemes", {})[BEARER] = {
+            "type": "http", "scheme": "bearer",
+            "description": "the server's CONVSEL_API_TOKEN"}
+
+
+def _error_bodies(schema: dict[str, Any]) -> None:
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            answer = operation.get("responses", {}).get("422")
+            if answer is None:
+                continue
+            content = answer.setdefault("content", {}).setdefault("application/json", {})
+            content["schema"] = dict(_ERROR_REF)
+    components = schema.get("components", {}).get("schemas", {})
+    text = repr(schema.get("paths"))
+    for name in ("HTTPValidationError", "ValidationError"):
+        if f"/{name}'" not in text:
+            components.pop(name, None)
