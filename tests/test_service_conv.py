@@ -210,3 +210,23 @@ def test_busy_pool_is_503_with_retry_after():
         metrics = c.get("/metrics").text
     assert "convsel_convolutions_rejected_total 1.0" in metrics
     assert 'convsel_convolution_seconds_count{algorithm=' in metrics
+
+
+def test_auto_chooses_within_the_servers_workspace_limit():
+    """The server's limit goes down to the choice: "auto" runs an algorithm that fits
+    instead of choosing one and then answering 413."""
+    from convsel import algorithms, select
+    from convsel.problem import ConvProblem
+
+    x, w, _ = tensors()
+    p = ConvProblem.from_dict(PROBLEM)
+    acl = select(p, "cpu")
+    need = algorithms.workspace_bytes(acl.algorithm, p, dict(acl.params), "numpy")
+    assert need and need > 0, "the test needs a rules' pick that uses workspace"
+    with client_for(max_workspace_bytes=need - 1) as c:
+        r = c.post("/v1/conv2d", json=conv_body(x, w))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["algorithm"] != acl.algorithm
+        got = algorithms.workspace_bytes(body["algorithm"], p, body["params"], "numpy")
+        assert got is not None and got <= need - 1

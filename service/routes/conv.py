@@ -111,7 +111,11 @@ def _execute(job: Job, state: ServiceState) -> dict[str, Any]:
                      weights_layout=request.weights_layout, algorithm=request.algorithm,
                      backend=request.backend or s.default_backend,
                      target=state.target(request.target), device=s.default_device,
-                     policy=request.policy, rules=state.loaded_rules())
+                     policy=request.policy, rules=state.loaded_rules(),
+                     # "auto" chooses among what fits the server's limit; a named algorithm
+                     # over it is refused below as too large
+                     max_workspace_bytes=(s.max_workspace_bytes if request.algorithm == "auto"
+                                          else None))
     if op.workspace_bytes > s.max_workspace_bytes:
         raise TooLargeError("problem", op.workspace_bytes, s.max_workspace_bytes,
                             f"{op.algorithm} workspace bytes")
