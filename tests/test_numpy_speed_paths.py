@@ -200,3 +200,27 @@ def test_profiler_counts_phases_only_while_on():
     with phase("blas"):
         pass
     assert totals == frozen, "phases were counted after profiling ended"
+
+
+def test_a_stride_wider_than_the_kernel_does_not_take_the_planar_layout():
+    """The planar im2col split the input into stride_h x stride_w phases: a stride of 65535
+    on a 1x1 input asked for 4.3 G elements. Such problems take the plain layout, run
+    correctly and say so in their workspace."""
+    import time
+
+    from convsel import algorithms, conv2d
+    from convsel.backends.numpy import im2col_gemm
+    from convsel.problem import ConvProblem
+    from convsel.reference import conv2d_reference
+
+    p = ConvProblem(1, 1, 1, 3, 4, 1, 1, stride=(65535, 65535))
+    assert not im2col_gemm.planar(p)
+    assert im2col_gemm.planar(ConvProblem(1, 9, 9, 3, 4, 7, 7, stride=2, pad=3))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 1, 1, 3)).astype(np.float32)
+    w = rng.standard_normal((4, 1, 1, 3)).astype(np.float32)
+    started = time.perf_counter()
+    y = conv2d(x, w, stride=65535, algorithm="im2col_gemm")
+    assert time.perf_counter() - started < 5
+    assert np.allclose(y, conv2d_reference(p, x, w, None), atol=1e-5)
+    assert algorithms.workspace_bytes("im2col_gemm", p, {}, "numpy") < 1 << 20

@@ -85,7 +85,9 @@ def numpy_im2col_gemm(p: ConvProblem, params: Mapping[str, Any]) -> int:
     g = p.groups
     depth = p.kh * p.kw * (p.c // g) + (1 if g == 1 else 0)   # + the bias column
     row_bytes = p.out_w * (depth * g + (p.k if g > 1 else 0)) * ITEM
-    planar = g == 1 and p.c < PLANAR_MAX_C     # the padded input split into stride phases
+    planar = (g == 1 and p.c < PLANAR_MAX_C     # the padded input split into stride phases
+              and p.stride[0] <= (p.kh - 1) * p.dilation[0] + 1
+              and p.stride[1] <= (p.kw - 1) * p.dilation[1] + 1)
     return _piece_bytes(p.n, p.out_h, row_bytes) + _padded_bytes(p) * (2 if planar else 1)
 
 

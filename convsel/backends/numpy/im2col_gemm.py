@@ -52,7 +52,12 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> 
 
 
 def planar(p: ConvProblem) -> bool:
-    return p.groups == 1 and p.c < PLANAR_MAX_C
+    # A stride wider than the kernel's extent leaves phases no tap reads: the planes would
+    # cost stride_h x stride_w buffers and copies for nothing (a stride of 65535 on a 1x1
+    # input was 4.3 G elements), so those problems take the plain layout.
+    return (p.groups == 1 and p.c < PLANAR_MAX_C
+            and p.stride[0] <= (p.kh - 1) * p.dilation[0] + 1
+            and p.stride[1] <= (p.kw - 1) * p.dilation[1] + 1)
 
 
 def _row_runs(p: ConvProblem, xp: np.ndarray) -> np.ndarray:
