@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from convsel.errors import InvalidProblemError
-from convsel.policies import choose
+from convsel.policies import POLICY_OPTIONS, choose
 from convsel.problem import ConvProblem
 from convsel.rules import Rules
 
@@ -81,13 +81,16 @@ def json_body(model_name: str) -> dict[str, Any]:
 
 def selection_options(state: ServiceState, policy: str, backend: str | None,
                       device: str | None) -> dict[str, Any]:
-    """The policy's options: what the client gave, and for "measured" the server defaults."""
+    """The policy's options: what the client gave, and the server's defaults for the options
+    the policy takes (measured and predicted: backend, device, tuning database)."""
     options = {k: v for k, v in (("backend", backend), ("device", device)) if v is not None}
-    if policy == "measured":
+    takes = POLICY_OPTIONS.get(policy, ())
+    if "backend" in takes:
         options.setdefault("backend", state.settings.default_backend)
+    if "device" in takes:
         options.setdefault("device", state.settings.default_device)
-        if state.settings.tuning_db is not None:
-            options["db"] = state.settings.tuning_db
+    if "db" in takes and state.settings.tuning_db is not None:
+        options["db"] = state.settings.tuning_db
     return options
 
 

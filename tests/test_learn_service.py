@@ -20,8 +20,8 @@ def db_path(tmp_path, monkeypatch):
     path = tmp_path / "service.sqlite"
     ident = device_identity("numpy")
     TuningDB(path).record_many([entry_for(p, ident) for p in training_problems()])
-    # the policies' default database is the server's here (the route passes none for it)
-    monkeypatch.setenv("CONVSEL_TUNING_DB", str(path))
+    # the environment names another database: the routes must pass the server's own down
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(tmp_path / "elsewhere.sqlite"))
     yield path
     measured_mod._cached_identity.cache_clear()
     stored_mod._cache.clear()
