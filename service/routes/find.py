@@ -9,7 +9,6 @@ the server seconds of CPU, so the route takes the API token when the server has 
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -96,15 +95,8 @@ async def find_route(request: Request) -> Any:
     body = validate_body(FindRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
     check_size(state, problem)
-    if not tuning._running.acquire(blocking=False):
-        wait = max(state.settings.retry_after_seconds,
-                   math.ceil(tuning._running_until - time.monotonic()))
-        raise tuning.TuningBusyError(wait)
-    try:
-        tuning._running_until = time.monotonic() + body.budget_s
+    with tuning.timing_slot(state, body.budget_s):
         return await anyio.to_thread.run_sync(_find, state, problem, body)
-    finally:
-        tuning._running.release()
 
 
 def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any]:

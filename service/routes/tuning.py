@@ -16,6 +16,8 @@ import ctypes.util
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import anyio
@@ -126,18 +128,26 @@ class TuningBusyError(BusyError):
 async def tune(request: Request) -> dict[str, Any]:
     """Time every algorithm that can run ``problem`` and record the result (bounded). Needs
     the API token when the server has one."""
-    global _running_until
     state = state_of(request)
     body = validate_body(TuneRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
     check_size(state, problem)
+    with timing_slot(state, _budget(state, body)):
+        return await anyio.to_thread.run_sync(_tune, state, problem, body)
+
+
+@contextmanager
+def timing_slot(state: ServiceState, budget_s: float) -> Iterator[None]:
+    """The process's one timing slot (/v1/tune, /v1/find) for about ``budget_s`` seconds;
+    taken, it raises :class:`TuningBusyError` with the time left as Retry-After."""
+    global _running_until
     if not _running.acquire(blocking=False):
         wait = max(state.settings.retry_after_seconds,
                    math.ceil(_running_until - time.monotonic()))
         raise TuningBusyError(wait)
     try:
-        _running_until = time.monotonic() + _budget(state, body)
-        return await anyio.to_thread.run_sync(_tune, state, problem, body)
+        _running_until = time.monotonic() + budget_s
+        yield
     finally:
         _running.release()
 
