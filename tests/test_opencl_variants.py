@@ -3,6 +3,8 @@ the database keeps each one's timing, and the measured policy runs the winner's 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from opencl_support import data, opencl_runtime
@@ -47,6 +49,17 @@ def test_tuning_times_every_variant_and_the_measured_policy_runs_the_winner(tmp_
     scale = conv2d_reference(P, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
                              np.abs(b.astype(np.float64))).max()
     assert np.abs(y - ref).max() / scale <= tolerance("implicit_gemm", "F32")
+
+
+def test_opencl_tuning_times_by_the_device_clock_and_can_be_told_the_wall():
+    opencl_runtime()
+    only = [a for a in algorithms.ALGORITHMS if a != "direct"]
+    device = measure(P, "opencl", settings=FAST, exclude=only)
+    wall = measure(P, "opencl", settings=dataclasses.replace(FAST, clock="wall"), exclude=only)
+    d, w = device.timings["direct"], wall.timings["direct"]
+    assert (d["clock"], w["clock"]) == ("device", "wall")
+    # the host's clock around the call also holds the launch, the wait and both transfers
+    assert 0 < d["min_s"] < w["min_s"]
 
 
 def test_a_named_variant_runs_through_the_front_door():

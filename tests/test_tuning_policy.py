@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from convsel import ConvProblem, UnsupportedError, choose, select
+from convsel import ConvProblem, InvalidProblemError, UnsupportedError, choose, select
 from convsel.policies import measured as policy
 from convsel.tuning import measure as measure_mod
 from convsel.tuning.db import TuningDB, TuningEntry
-from convsel.tuning.measure import TimingSettings, candidates, decide, device_identity, measure
+from convsel.tuning.measure import (
+    TimingSettings,
+    candidates,
+    decide,
+    device_identity,
+    measure,
+    timed,
+)
 from convsel.tuning.timing import Race
 
 P3 = ConvProblem(1, 16, 16, 32, 32, 3, 3, pad=1)   # ACL (cpu): WINOGRAD 4x4
@@ -147,6 +155,33 @@ def test_race_prunes_hopeless_candidates_and_respects_the_budget():
     spent.enter("a", lambda: None)
     spent.run()
     assert spent.stats() == {} and spent.cut_short() == ["a"]
+
+
+def test_a_self_timed_run_is_timed_by_its_own_clock():
+    race = Race(TimingSettings(warmup=1, min_runs=3, min_time=0.0, rounds=1))
+    race.enter("device", lambda: 0.25, self_timed=True)
+    race.run()
+    st = race.stats()["device"]
+    assert st["median_s"] == st["min_s"] == 0.25 and st["runs"] == 3
+
+
+def test_the_clock_setting_is_checked_and_recorded_per_candidate():
+    with pytest.raises(InvalidProblemError, match="clock"):
+        TimingSettings(clock="sundial")
+
+    def build(p, algorithm, params, backend, w, bias=None, device=None):
+        # a kernel with a device clock: its timer reports its own (made-up) seconds
+        kernel = SimpleNamespace(run=lambda x: x, device_timer=lambda x: lambda: 5e-7)
+        return kernel, backend, None
+    auto = measure(P1, settings=FAST, build=build)
+    assert {v["clock"] for v in timed(auto.timings).values()} == {"device"}
+    assert {v["median_s"] for v in timed(auto.timings).values()} == {5e-7}
+    wall = measure(P1, settings=dataclasses.replace(FAST, clock="wall"), build=build)
+    assert {v["clock"] for v in timed(wall.timings).values()} == {"wall"}
+    # without a device clock, "device" times nothing rather than mixing clocks
+    none = measure(P1, settings=dataclasses.replace(FAST, clock="device"), build=fake_build())
+    assert not timed(none.timings) and all("no device clock" in why for k, why in
+                                           none.skipped.items() if k in ("im2col_gemm",))
 
 
 # -- the policy -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from ..problem import ConvProblem
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer, distinct, load_layers
 from ..tuning.measure import Measurement, measure
-from ..tuning.timing import TimingSettings
+from ..tuning.timing import CLOCKS, TimingSettings
 from .problem_args import add_problem_arguments, problem_from_args
 
 
@@ -39,6 +39,11 @@ def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"and at least this many runs (default {defaults.min_runs})")
     parser.add_argument("--warmup", type=int, default=defaults.warmup, metavar="N",
                         help=f"untimed runs first (default {defaults.warmup})")
+    parser.add_argument("--clock", choices=CLOCKS, default=defaults.clock,
+                        help="what a run's time is: 'device' = the device's profiling events "
+                             "on device-resident data (OpenCL), 'wall' = the host's clock "
+                             "around the whole call, transfers included; 'auto' (default) = "
+                             "device where the backend has one, else wall")
     parser.add_argument("--exclude", action="append", default=[], metavar="ALGORITHM",
                         help="do not time this algorithm (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -73,7 +78,8 @@ def settings_from_args(args: argparse.Namespace) -> TimingSettings:
     if unknown:
         raise ValueError(f"--exclude {unknown[0]}: unknown algorithm; known: "
                          f"{', '.join(ALGORITHMS)}")
-    return TimingSettings(warmup=args.warmup, min_runs=args.repeats, min_time=args.min_time)
+    return TimingSettings(warmup=args.warmup, min_runs=args.repeats, min_time=args.min_time,
+                          clock=args.clock)
 
 
 def layers_from_args(args: argparse.Namespace) -> list[Layer]:

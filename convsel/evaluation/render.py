@@ -51,16 +51,18 @@ def table(report: Report, worst: int = 5) -> str:
                          f"{r.oracle_time * 1e3:8.3f}{cells}")
     lines += ["", "geometric-mean regret (1.00 = always the fastest)",
               (f"  {'set':<26} {'policy':<13} {'layers':>6} {'regret':>7} {'worst':>7} "
-               f"{'tuned':>6} {'model':>6} {'picks fastest':>16}")]
+               f"{'tuned':>6} {'model':>6} {'picks fastest':>16} {'fastest algorithm':>18}")]
     for name, summary in [*((n, report.summary(n)) for n in report.nets),
                           ("all", report.summary())]:
         for policy in policies:
             s = summary[policy]
             share = f"{s['fastest_share']:.0%}" if s["fastest_share"] is not None else "-"
+            alg = f"{s['algorithm_share']:.0%}" if s["algorithm_share"] is not None else "-"
             lines.append(f"  {_short(name, 26):<26} {policy:<13} {s['layers']:>6} "
                          f"{_x(s['geomean_regret'], '-'):>7} {_x(s['worst_regret'], '-'):>7} "
                          f"{s['tuned_layers']:>6} {s['model_layers']:>6} "
-                         f"{s['oracle_picks']:>5}/{s['layers']:<4} {share:>5}")
+                         f"{s['oracle_picks']:>5}/{s['layers']:<4} {share:>5} "
+                         f"{s['algorithm_picks']:>7}/{s['layers']:<4} {alg:>5}")
     if report.crossval:
         lines += ["", f"leave-one-net-out ({CV_POLICY}): per net, the model fitted without it"]
         for net, fold in report.crossval.items():

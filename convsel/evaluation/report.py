@@ -43,11 +43,12 @@ class Pick:
     source: str
     rule: str
     reason: str
+    algorithm: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "method": self.method, "time_ms": _ms(self.time_s),
-                "regret": self.regret, "source": self.source, "rule": self.rule,
-                "reason": self.reason}
+        return {"label": self.label, "algorithm": self.algorithm, "method": self.method,
+                "time_ms": _ms(self.time_s), "regret": self.regret, "source": self.source,
+                "rule": self.rule, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,12 @@ class LayerResult:
         return label
 
     @property
+    def oracle_algorithm(self) -> str:
+        """The fastest candidate's algorithm (its variant aside)."""
+        return str(self.measurement.timings[self.oracle].get("algorithm",
+                                                             self.oracle.split(":")[0]))
+
+    @property
     def oracle_time(self) -> float:
         return float(self.measurement.timings[self.oracle]["median_s"])
 
@@ -72,7 +79,8 @@ class LayerResult:
         m = self.measurement
         return {"net": self.layer.net, "name": self.layer.name,
                 "problem": self.layer.problem.to_dict(), "shape": str(self.layer.problem),
-                "oracle": self.oracle, "oracle_ms": _ms(self.oracle_time),
+                "oracle": self.oracle, "oracle_algorithm": self.oracle_algorithm,
+                "oracle_ms": _ms(self.oracle_time),
                 "timings_ms": {k: {"median": _ms(v["median_s"]), "iqr": _ms(v["iqr_s"]),
                                    "runs": v["runs"]} for k, v in timed(m.timings).items()},
                 "errors": m.errors, "skipped": dict(m.skipped), "winner": m.winner,
@@ -112,6 +120,10 @@ class Report:
                 "oracle_picks": sum(p.label == r.oracle for r, p in picks),
                 "fastest_share": (sum(p.label == r.oracle for r, p in picks) / len(picks)
                                   if picks else None),
+                # the fastest algorithm, whichever of its variants (tile, vector width)
+                "algorithm_picks": sum(p.algorithm == r.oracle_algorithm for r, p in picks),
+                "algorithm_share": (sum(p.algorithm == r.oracle_algorithm for r, p in picks)
+                                    / len(picks) if picks else None),
                 "model_layers": sum(p.source == "model" for _, p in picks),
                 "failed_picks": sum(p.regret is None for _, p in picks),
                 "tuned_layers": len(tuned),
@@ -281,7 +293,8 @@ def _pick(sel: Selection, m: Measurement) -> Pick:
     reason = sel.reason + (f" [fallback: {sel.fallback}]" if sel.fallback else "")
     if time_s is None:
         reason += f" [{label} did not run: {t.get('error') or m.skipped.get(label, 'absent')}]"
-    return Pick(label, sel.method, time_s, regret, sel.source, sel.rule, reason)
+    return Pick(label, sel.method, time_s, regret, sel.source, sel.rule, reason,
+                sel.algorithm)
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -13,7 +13,8 @@ from ..errors import InvalidProblemError
 from ..problem import ConvProblem
 
 # Bump when an implementation changes enough to change its speed: older entries stop matching.
-IMPLEMENTATIONS_VERSION = "2"   # 2: implicit GEMM and the tiled OpenCL GEMM; numpy fast paths
+IMPLEMENTATIONS_VERSION = "3"   # 2: implicit GEMM, tiled OpenCL GEMM, numpy fast paths; 3: OpenCL
+# timings by the device clock (profiling events), not the host clock around transfers
 DEVICE_FIELDS = ("vendor", "name", "driver")
 
 

@@ -230,7 +230,9 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
             on_candidate(cand.label)
         try:
             op = _build(builder, problem, w, bias, cand, backend, device)
-            race.enter(cand.label, functools.partial(op.run, x))
+            run, clock = _runner(op, x, settings.clock)
+            infos[cand.label]["clock"] = clock
+            race.enter(cand.label, run, self_timed=clock == "device")
         except _Skip as exc:
             skipped[cand.label] = str(exc)
         except _FAILURES as exc:
@@ -286,6 +288,17 @@ def _build(build: Callable[..., Any], p: ConvProblem, w: np.ndarray, bias: np.nd
         # timing the numpy fallback would credit OpenCL with numpy's speed
         raise _Skip(why or f"ran on {used}, not {backend}")
     return kernel
+
+
+def _runner(op: Any, x: np.ndarray, clock: str) -> tuple[Callable[[], Any], str]:
+    """What to time for ``op`` and by which clock ("device" or "wall")."""
+    device_timer = getattr(op, "device_timer", None)
+    if clock != "wall" and device_timer is not None:
+        return device_timer(x), "device"
+    if clock == "device":
+        raise _Skip("this backend's kernels have no device clock: time it with clock "
+                    "'wall' or 'auto'")
+    return functools.partial(op.run, x), "wall"
 
 
 def _data(p: ConvProblem, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

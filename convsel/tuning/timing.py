@@ -11,6 +11,10 @@ machine a sleeping BLAS thread waits for the scheduler's next tick: 4-8 ms, more
 whole convolution). A candidate whose *fastest* run is ``prune_factor`` times slower than the
 best median in two rounds leaves: contention only adds time, so it cannot win or tie (one
 slow round alone may be another process's burst).
+
+A run is timed by the host's clock around it, unless it times itself: a device run returns
+the seconds its profiling events span (:meth:`Race.enter` with ``self_timed``), which leaves
+out the host's launch and wait and the input and output transfers, equal for every candidate.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..errors import InvalidProblemError
+
+CLOCKS = ("auto", "wall", "device")
 
 # Below this median a block starts with an untimed run (cheap, and it matters: waking a
 # sleeping BLAS thread on a busy machine costs milliseconds).
@@ -40,11 +48,20 @@ class TimingSettings:
     rounds: int = 4
     seed: int = 0
     prune_factor: float = 3.0
+    # "auto": the device's own clock where the prepared kernel offers one (OpenCL profiling
+    # events on device-resident data), else the host's; "wall": always the host's, transfers
+    # included; "device": the device's or the candidate is skipped.
+    clock: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise InvalidProblemError("clock", self.clock, f"one of {', '.join(CLOCKS)}")
 
 
 @dataclass
 class _Lane:
     run: Callable[[], Any]
+    self_timed: bool = False    # run() returns its own duration in seconds
     times: list[float] = field(default_factory=list)
     first: float = math.inf     # the warm-up run, the only estimate before the first block
     block_start: int = 0        # index in times where this round's block began
@@ -75,15 +92,16 @@ class Race:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
-    def enter(self, label: str, run: Callable[[], Any]) -> bool:
-        """Warm ``run`` up; False if it was dropped (hopelessly slow twice), else True."""
-        lane = _Lane(run)
+    def enter(self, label: str, run: Callable[[], Any], *, self_timed: bool = False) -> bool:
+        """Warm ``run`` up; False if it was dropped (hopelessly slow twice), else True.
+        With ``self_timed``, ``run()`` returns the seconds it took by its own clock."""
+        lane = _Lane(run, self_timed)
         self.lanes[label] = lane
         for _ in range(self.settings.warmup):
-            lane.first = first = _timed(run)
+            lane.first = first = _sample(lane)
             limit = 2 * self.settings.prune_factor * self._fastest_first_run
             self._fastest_first_run = min(self._fastest_first_run, first)
-            if first > limit and min(first, _timed(run)) > limit:
+            if first > limit and min(first, _sample(lane)) > limit:
                 # hopeless, twice (once could be the process being preempted)
                 lane.times, lane.pruned, lane.done = [first], True, True
                 lane.run = _nothing   # let its kernel (and workspace) go now
@@ -123,7 +141,7 @@ class Race:
                 lane.run()
             while (len(lane.times) < runs_due or sum(lane.times) < time_due) and \
                     len(lane.times) < math.ceil(s.max_runs * share):
-                lane.times.append(_timed(lane.run))
+                lane.times.append(_sample(lane))
                 if self.out_of_time:
                     return
         except Exception as exc:  # noqa: BLE001 - reported per candidate by the caller
@@ -166,7 +184,9 @@ def _nothing() -> None:
     return None
 
 
-def _timed(run: Callable[[], Any]) -> float:
+def _sample(lane: _Lane) -> float:
+    if lane.self_timed:
+        return float(lane.run())
     t0 = time.perf_counter()
-    run()
+    lane.run()
     return time.perf_counter() - t0

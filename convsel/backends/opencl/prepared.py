@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -354,6 +354,31 @@ class OpenCLKernel:
             raise KernelLaunchError(f"OpenCL launch failed on {rt.identity['name']} "
                                     f"({', '.join(s.name for s in self.steps)}): {exc}"
                                     + ("; the queue was reset" if reset else "")) from exc
+
+    def device_timer(self, x: np.ndarray) -> Callable[[], float]:
+        """A run on device-resident copies of ``x`` and the output that returns its device
+        time in seconds: from the first step's start to the last step's end, by the
+        profiling events (so gaps between the steps count, the host's launch and the
+        transfers do not). For tuning: every candidate moves the same bytes in and out."""
+        import pyopencl.array as cl_array
+
+        with self._launch_errors(self.queue):
+            x_dev = cl_array.to_device(self.queue, np.ascontiguousarray(x, dtype=self._dtype))
+            y_dev = cl_array.empty(self.queue, self._out_shape, self._dtype)
+
+        def run() -> float:
+            self.run_device(x_dev, out=y_dev)
+            return self.span_ns() * 1e-9
+        return run
+
+    def span_ns(self) -> int:
+        """Device time of the latest run from its first step's start to its last step's end
+        (ns); waits for the run to finish."""
+        events = [e for _, e in self.last_events]
+        if not events:
+            return 0
+        cl.wait_for_events(events)
+        return int(max(e.profile.end for e in events) - min(e.profile.start for e in events))
 
     def kernel_ns(self) -> int:
         """Total kernel time of the latest run, from its profiling events (ns); waits for
