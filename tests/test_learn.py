@@ -19,6 +19,7 @@ import pytest
 from convsel import ConvProblem, choose
 from convsel.cli import main
 from convsel.learn import stored as stored_mod
+from convsel.learn.features import candidate_features
 from convsel.learn.fit import dataset, fit
 from convsel.learn.stored import decode, model_key
 from convsel.policies import measured as measured_mod
@@ -302,3 +303,15 @@ def test_a_model_of_another_feature_set_is_not_used(db, ident):
     sel = choose(UNSEEN_WIDE, policy="predicted", backend="numpy", db=db)
     assert (sel.source, sel.trace[-1].id) == ("rules", "predicted.no-model")
     assert "other features" in sel.trace[-1].reason and "convsel fit" in sel.trace[-1].reason
+
+
+def test_a_tiled_gemms_work_groups_and_their_fill_are_features():
+    p = ConvProblem(1, 10, 10, 16, 48, 1, 1)       # a (100 pixels x 48 channels) GEMM
+    row = candidate_features(p, "implicit_gemm", {"tile": [32, 32, 8, 4, 4], "vec": 4})
+    # 4 x 2 work-groups of 32 x 32, of which 100 x 48 is useful work
+    assert row["log_workgroups"] == pytest.approx(np.log10(8))
+    assert row["tile_fill"] == pytest.approx(100 * 48 / (128 * 64))
+    assert (row["tile_k"], row["tile_warp"], row["vec"]) == (8, 16, 4)
+    plain = candidate_features(p, "direct")
+    assert (plain["log_workgroups"], plain["tile_fill"], plain["tile_k"]) == (0, 0, 0)
+    assert plain["log_reduction"] == pytest.approx(np.log10(16))

@@ -16,7 +16,7 @@ from typing import Any
 from ..algorithms import ALGORITHMS
 from ..problem import ConvProblem
 
-FEATURES_VERSION = "1"
+FEATURES_VERSION = "2"   # 2: the tiled GEMM's work-group tile, its count and fill
 
 
 def _tile(params: Mapping[str, Any]) -> tuple[int, int]:
@@ -82,6 +82,23 @@ def problem_features(p: ConvProblem) -> dict[str, float]:
     }
 
 
+def gemm_tiling(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
+    """How a tiled GEMM's ``(TM, TN, TK, WM, WN)`` work-group tile covers the problem's
+    (output pixels x output channels) matrix: how many work-groups, how full they are. On a
+    GPU these decide more than the FLOPs do (too few groups leave compute units idle, ragged
+    edges waste a tile's work); zeros for any candidate without such a tile."""
+    tile = params.get("tile") or ()
+    if len(tile) < 5:
+        return {"tile_k": 0.0, "tile_warp": 0.0, "vec": float(params.get("vec") or 0),
+                "log_workgroups": 0.0, "tile_fill": 0.0}
+    tm, tn, tk, wm, wn = (int(v) for v in tile[:5])
+    m, n = p.n * p.out_h * p.out_w, p.k // p.groups
+    groups_m, groups_n = math.ceil(m / tm), math.ceil(n / tn)
+    return {"tile_k": tk, "tile_warp": wm * wn, "vec": float(params.get("vec") or 1),
+            "log_workgroups": math.log10(groups_m * groups_n * p.groups),
+            "tile_fill": m * n / (groups_m * tm * groups_n * tn)}
+
+
 def candidate_features(p: ConvProblem, algorithm: str,
                        params: Mapping[str, Any] | None = None) -> dict[str, float]:
     """The feature row of one candidate (see :data:`FEATURE_NAMES` for the order)."""
@@ -94,7 +111,9 @@ def candidate_features(p: ConvProblem, algorithm: str,
     row.update({"tile_y": tile[0], "tile_x": tile[1],
                 "log_alg_flops": math.log10(max(work, 1.0)),
                 "log_workspace": math.log10(ws + 1.0),
-                "alg_intensity": work / (ws + 10 ** row["log_bytes"])})
+                "alg_intensity": work / (ws + 10 ** row["log_bytes"]),
+                "log_reduction": math.log10(p.kh * p.kw * (p.c // p.groups)),
+                **gemm_tiling(p, params)})
     return {k: float(v) for k, v in row.items()}
 
 
