@@ -127,8 +127,8 @@ def test_measure_refuses_selection_only_dtypes():
 def test_race_times_blocks_in_rounds_and_rewarms_fast_candidates():
     order: list[str] = []
     race = Race(TimingSettings(warmup=2, min_runs=4, min_time=0.0, rounds=2))
-    assert race.enter("a", lambda: order.append("a"))
-    assert race.enter("b", lambda: order.append("b"))
+    race.enter("a", lambda: order.append("a"))
+    race.enter("b", lambda: order.append("b"))
     race.run()
     # warm-ups; then each round: 1 untimed (they are fast) + 2 timed runs each
     assert "".join(order) == "aabb" + "aaabbb" + "aaabbb"
@@ -155,6 +155,22 @@ def test_race_prunes_hopeless_candidates_and_respects_the_budget():
     spent.enter("a", lambda: None)
     spent.run()
     assert spent.stats() == {} and spent.cut_short() == ["a"]
+
+
+def test_a_hopeless_warm_up_is_checked_again_after_the_others_not_at_once():
+    race = Race(TimingSettings(warmup=1, min_runs=2, min_time=0.0, rounds=1, prune_factor=3))
+    spell = {"slow": True}     # another tenant's burst: slows "unlucky" until "hopeless" runs
+
+    def hopeless() -> float:
+        spell["slow"] = False
+        return 1.0
+    race.enter("fast", lambda: 1e-3, self_timed=True)
+    race.enter("unlucky", lambda: 1.0 if spell["slow"] else 1e-3, self_timed=True)
+    race.enter("hopeless", hopeless, self_timed=True)
+    race.run()
+    st = race.stats()
+    assert st["unlucky"]["median_s"] == 1e-3 and not st["unlucky"]["pruned"]
+    assert st["hopeless"]["pruned"] and st["hopeless"]["runs"] == 1
 
 
 def test_a_self_timed_run_is_timed_by_its_own_clock():

@@ -1,7 +1,9 @@
 """Time several runnable candidates fairly on a noisy, shared machine.
 
 Each candidate gets its warm-up runs as it arrives (:meth:`Race.enter`); one whose first run
-is hopelessly slow, and the next one too, stops there. :meth:`Race.run` then times the rest
+is hopelessly slow runs once more when every candidate has arrived, and stops there if that
+run is hopeless too (two runs back to back could both land in one burst of another process's
+load, or one slow spell of a shared GPU). :meth:`Race.run` then times the rest
 in ``rounds``: in each round every candidate runs a *block* of consecutive timed runs, its
 share of ``min_runs`` and ``min_time``. Blocks keep a candidate's thread pool (BLAS) hot, as
 it is when a layer runs; rounds spread each candidate over the whole measurement, so a burst
@@ -62,6 +64,7 @@ class TimingSettings:
 class _Lane:
     run: Callable[[], Any]
     self_timed: bool = False    # run() returns its own duration in seconds
+    suspect: bool = False       # the warm-up run was hopeless: run() checks it once more
     times: list[float] = field(default_factory=list)
     first: float = math.inf     # the warm-up run, the only estimate before the first block
     block_start: int = 0        # index in times where this round's block began
@@ -92,27 +95,46 @@ class Race:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
-    def enter(self, label: str, run: Callable[[], Any], *, self_timed: bool = False) -> bool:
-        """Warm ``run`` up; False if it was dropped (hopelessly slow twice), else True.
-        With ``self_timed``, ``run()`` returns the seconds it took by its own clock."""
+    def enter(self, label: str, run: Callable[[], Any], *, self_timed: bool = False) -> None:
+        """Warm ``run`` up. With ``self_timed``, ``run()`` returns the seconds it took by its
+        own clock."""
         lane = _Lane(run, self_timed)
         self.lanes[label] = lane
         for _ in range(self.settings.warmup):
             lane.first = first = _sample(lane)
-            limit = 2 * self.settings.prune_factor * self._fastest_first_run
+            limit = self._hopeless_above()
             self._fastest_first_run = min(self._fastest_first_run, first)
-            if first > limit and min(first, _sample(lane)) > limit:
-                # hopeless, twice (once could be the process being preempted)
-                lane.times, lane.pruned, lane.done = [first], True, True
+            if first > limit:
+                lane.suspect = True
+                return
+
+    def _hopeless_above(self) -> float:
+        return 2 * self.settings.prune_factor * self._fastest_first_run
+
+    def _recheck_suspects(self) -> None:
+        """A candidate whose warm-up was hopeless runs once more, now that the others have
+        run in between; hopeless again, it is dropped with that one run recorded."""
+        limit = self._hopeless_above()
+        for label, lane in list(self.lanes.items()):
+            if not lane.suspect:
+                continue
+            lane.suspect = False
+            try:
+                again = _sample(lane)
+            except Exception as exc:  # noqa: BLE001 - reported per candidate by the caller
+                self.errors[label] = exc
+                del self.lanes[label]
+                continue
+            if min(lane.first, again) > limit:
+                lane.times, lane.pruned, lane.done = [min(lane.first, again)], True, True
                 lane.run = _nothing   # let its kernel (and workspace) go now
-                return False
-        return True
 
     def run(self, on_round: Callable[[int], None] | None = None) -> None:
         """Time the entered candidates round by round until each is done or time runs out."""
         was_enabled = gc.isenabled()
         gc.disable()  # a collection inside one run would be noise, as in timeit
         try:
+            self._recheck_suspects()
             for number in range(1, max(1, self.settings.rounds) + 1):
                 active = [k for k, lane in self.lanes.items() if not lane.done]
                 if not active or self.out_of_time:
