@@ -49,6 +49,7 @@ class FindEntry:
     runs: int = 0
     pruned: bool = False
     rank: int | None = None      # 1 = fastest; None unless status is "ok"
+    clock: str | None = None     # "device" (profiling events) or "wall" (host, transfers in)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "label": self.label, "algorithm": self.algorithm,
@@ -57,7 +58,7 @@ class FindEntry:
                 "status": self.status, "reason": self.reason,
                 "median_ms": _ms(self.median_s), "iqr_ms": _ms(self.iqr_s),
                 "min_ms": _ms(self.min_s), "runs": self.runs, "pruned": self.pruned,
-                "workspace_bytes": self.workspace_bytes}
+                "clock": self.clock, "workspace_bytes": self.workspace_bytes}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -224,7 +225,7 @@ def _rank(m: Measurement, backend: str,
                    if t.get("pruned") else _verdict(label, t, m))
             entries.append(FindEntry(label, alg, params, "ok", why, space, t["median_s"],
                                      t["iqr_s"], t.get("min_s"), int(t["runs"]),
-                                     bool(t.get("pruned"))))
+                                     bool(t.get("pruned")), clock=t.get("clock")))
         else:
             entries.append(FindEntry(label, alg, params, "error", str(t["error"]), space))
     for label, why in m.skipped.items():

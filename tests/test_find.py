@@ -37,6 +37,7 @@ def test_find_ranks_every_algorithm_and_variant():
     medians = [e.median_s for e in ok]
     assert medians == sorted(medians) and all(e.iqr_s is not None and e.runs for e in ok)
     assert all(e.workspace_bytes is not None for e in ok)
+    assert {e.clock for e in ok} == {"wall"}              # numpy kernels have no device clock
     gemm = next(e for e in r.results if e.label == "gemm_1x1")
     assert gemm.status == "unsupported" and "1x1" in gemm.reason and gemm.rank is None
     acl = convsel.select(P)
@@ -113,7 +114,7 @@ def test_find_route_ranks_and_stores(client):
     assert r.status_code == 200, r.text
     body = r.json()
     ok = [e for e in body["results"] if e["status"] == "ok"]
-    assert ok and ok[0]["rank"] == 1 and body["stored"] is True
+    assert ok and ok[0]["rank"] == 1 and body["stored"] is True and ok[0]["clock"] == "wall"
     assert [e["median_ms"] for e in ok] == sorted(e["median_ms"] for e in ok)
     sel = client.post("/v1/select", json={"problem": SMALL, "policy": "measured"}).json()
     assert sel["source"] == "tuning-db"

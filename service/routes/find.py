@@ -62,6 +62,8 @@ class FindEntryOut(BaseModel):
     min_ms: float | None
     runs: int
     pruned: bool
+    clock: str | None = Field(None, description="what the times are: device (profiling "
+                              "events, OpenCL) or wall (the host's clock around the call)")
     workspace_bytes: int | None
 
 
