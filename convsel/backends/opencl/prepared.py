@@ -280,9 +280,11 @@ class OpenCLKernel:
         sizes = [self._local_size(step) for step in self.steps]
         io = self._io_arguments()
         direct = io is not None or (x_buf is self._x and y_buf is self._y)
+        events: list[tuple[str, cl.Event]] = []
         if not direct:     # a step not made by bind(): go through the kernel's own buffers
             waits = [cl.enqueue_copy(queue, self._x, x_buf, byte_count=self._in_bytes,
                                      wait_for=waits or None)]
+            events.append(("copy_in", waits[0]))    # part of this run's device time
             x_run, y_run = self._x, self._y
         else:
             x_run, y_run = x_buf, y_buf
@@ -294,7 +296,6 @@ class OpenCLKernel:
                 last = cl.enqueue_fill_buffer(queue, y_run, pattern, 0, self._out_bytes,
                                               wait_for=waits or None)
                 waits = [last] if ooo else []
-            events = []
             for step, lws in zip(self.steps, sizes):
                 last = cl.enqueue_nd_range_kernel(queue, step.kernel, _padded(step.gws, lws),
                                                   lws, wait_for=waits or None)
@@ -307,6 +308,7 @@ class OpenCLKernel:
         if not direct:
             last = cl.enqueue_copy(queue, y_buf, self._y, byte_count=self._out_bytes,
                                    wait_for=[last])
+            events.append(("copy_out", last))
         self.last_events = events
         self._last = (last, queue)
         return last
@@ -381,8 +383,9 @@ class OpenCLKernel:
         return int(max(e.profile.end for e in events) - min(e.profile.start for e in events))
 
     def kernel_ns(self) -> int:
-        """Total kernel time of the latest run, from its profiling events (ns); waits for
-        the run to finish."""
+        """Total device time of the latest run's steps (and of the copies a run through the
+        kernel's own buffers needs), from their profiling events (ns); waits for the run to
+        finish."""
         events = [e for _, e in self.last_events]
         if events:
             cl.wait_for_events(events)
