@@ -179,7 +179,9 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     backend, device
         Where to run; ``device`` is passed to the backend's ``get_runtime``.
     settings : TimingSettings, optional
-        Warm-up runs, minimum runs and time, maximum runs, data seed, prune factor.
+        Warm-up runs, minimum runs and time, maximum runs, data seed, prune factor, and the
+        clock: on OpenCL a run is timed by its profiling events on device-resident data
+        unless ``clock="wall"``; each timing records its ``clock``.
     on_candidate : callable, optional
         Called with each label before it is timed (progress display).
     build : callable, optional
