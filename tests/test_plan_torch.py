@@ -74,3 +74,48 @@ def test_dynamic_batch_needs_an_input_shape():
     with pytest.raises(ValueError, match="image=1,3,224,224"):
         plan(data, "cpu")
     assert plan(data, "cpu", input_shapes={"image": (8, 3, 64, 64)}).nodes[0].problem.n == 8
+
+
+class Bottleneck(nn.Module):
+    """torchvision's ResNet v1.5 block: the stride on the 3x3 conv."""
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        out = 4 * width
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, out, 1, bias=False), nn.BatchNorm2d(out))
+        self.down = (nn.Sequential(nn.Conv2d(cin, out, 1, stride=stride, bias=False),
+                                   nn.BatchNorm2d(out))
+                     if stride != 1 or cin != out else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.down(x))
+
+
+def resnet50() -> nn.Module:
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+                               nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if b == 0 else 1))
+            cin = 4 * width
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000))
+
+
+def geometry(p):
+    return (p.n, p.h, p.w, p.c, p.k, p.kh, p.kw, p.stride, p.pad, p.dilation, p.groups)
+
+
+def test_a_real_resnet50_export_plans_to_the_shipped_resnet50_layers():
+    from convsel.tuning.layers import load_layers
+
+    torch.manual_seed(0)
+    result = plan(export(resnet50().eval(), torch.randn(1, 3, 224, 224)), "cpu")
+    assert result.summary["convolutions"] == 53 and result.summary["unrunnable"] == []
+    shipped, _ = load_layers(nets=["resnet50"])
+    assert sorted({geometry(n.problem) for n in result.nodes}) == sorted(
+        {geometry(layer.problem) for layer in shipped})
