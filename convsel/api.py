@@ -62,7 +62,7 @@ class PreparedConv:
         ``cl.Buffer`` with ``shape=``) gives a ``pyopencl.array.Array`` (``out`` when given)
         without touching the host: the call returns once the work is enqueued on ``queue``
         (default: x's queue, else ``op.queue``) after ``wait_for`` and the arrays' events.
-        Device runs take NHWC problems only.
+        Device arrays are in the problem's layout too (NCHW is transposed on the device).
         """
         if _is_device_array(x):
             return self._run_device(x, out, queue, wait_for, shape)
@@ -90,10 +90,6 @@ class PreparedConv:
             why = f" (it fell back: {self.fallback})" if self.fallback else ""
             raise UnsupportedError(f"device arrays need the opencl backend; this convolution "
                                    f"runs on {self.backend}{why}", backend=self.backend)
-        if self.problem.layout != "NHWC":
-            raise UnsupportedError("device-resident runs take NHWC problems: convsel has no "
-                                   "device-side NCHW transpose; run NCHW from numpy arrays",
-                                   backend=self.backend)
         return run_device(x, out=out, queue=queue, wait_for=wait_for, shape=shape)
 
 

@@ -162,8 +162,31 @@ def test_wrong_shape_dtype_and_layout_are_refused(rt):
         x2_dev = cl_array.to_device(q, x2)
         op2.run(x2_dev, out=x2_dev)
     nchw, xn, _, _ = make_op(CASES["direct"].replace(layout="NCHW"))
-    with pytest.raises(UnsupportedError, match="NHWC"):
-        nchw.run(cl_array.to_device(q, xn))
+    with pytest.raises(InvalidProblemError, match="^x=.*NCHW shape"):
+        nchw.run(cl_array.to_device(q, np.ascontiguousarray(xn.transpose(0, 2, 3, 1))))
+
+
+NCHW_CASES = {**CASES, "large": ConvProblem(2, 19, 23, 40, 36, 3, 3, pad=1)}   # many tiles
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+@pytest.mark.parametrize("case", sorted(NCHW_CASES))
+def test_an_nchw_problem_runs_on_nchw_device_arrays(rt, case, dtype):
+    """Transposed to NHWC and back on the device: every element of the caller's NaN-filled
+    NCHW output is written, equal to the host run and to the float64 reference."""
+    p = NCHW_CASES[case].replace(layout="NCHW", dtype=dtype)
+    algorithm = "direct" if case == "large" else case
+    op, x, w, b = make_op(p, algorithm)
+    assert x.shape == p.input_shape == (p.n, p.c, p.h, p.w)
+    np_dtype = np.float16 if dtype == "F16" else np.float32
+    out = cl_array.to_device(op.queue, np.full(p.output_shape, np.nan, dtype=np_dtype))
+    y = op.run(cl_array.to_device(op.queue, x), out=out)
+    assert y is out
+    result = y.get()
+    np.testing.assert_array_equal(result, op.run(x))
+    nhwc = (0, 2, 3, 1)     # the float64 reference takes NHWC
+    assert_matches_reference(p.replace(layout="NHWC"), x.transpose(nhwc), w, b,
+                             result.transpose(nhwc), winograd=algorithm == "winograd")
 
 
 def test_device_array_on_the_numpy_backend_is_refused(rt):

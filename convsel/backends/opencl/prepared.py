@@ -178,29 +178,28 @@ class OpenCLKernel:
     def run_device(self, x: Any, *, out: Any = None, queue: cl.CommandQueue | None = None,
                    wait_for: Sequence[cl.Event] | None = None,
                    shape: Sequence[int] | None = None) -> Any:
-        """Convolve a device array (or a ``cl.Buffer`` with ``shape``); returns the output
-        ``pyopencl.array.Array`` (``out`` when given) once enqueued, without blocking.
+        """Convolve a device array (or a ``cl.Buffer`` with ``shape``) in the problem's
+        layout; returns the output ``pyopencl.array.Array`` (``out`` when given) once
+        enqueued, without blocking.
 
         The queue is ``queue``, else ``x``'s, else the runtime's. The run waits for
         ``wait_for`` and the events of ``x`` and ``out`` (pyopencl's ``Array.events``), and
-        its last event is added to the output's events.
+        its last event is added to the output's events. An NCHW problem's arrays are NCHW:
+        they are transposed to and from NHWC scratch arrays on the device around the run.
         """
-        import pyopencl.array as cl_array
-
-        x_arr = self._device_array("x", x, self._in_shape, shape)
+        nchw = self.problem.layout == "NCHW"
+        x_arr = self._device_array("x", x, self._nchw(self._in_shape) if nchw else
+                                   self._in_shape, shape)
         q = self._queue(queue if queue is not None else x_arr.queue)
-        if out is None:
-            y_arr = cl_array.empty(q, self._out_shape, self._dtype)
-        elif isinstance(out, cl.Buffer):
-            raise InvalidProblemError("out", "cl.Buffer", "out must be a pyopencl.array.Array: "
-                                      "wrap the buffer as pyopencl.array.Array(queue, shape, "
-                                      "dtype, data=buffer)")
-        else:
-            y_arr = self._device_array("out", out, self._out_shape, None)
-            if y_arr.base_data.int_ptr == x_arr.base_data.int_ptr:
-                raise InvalidProblemError("out", "the buffer of x", "the output must not "
-                                          "share memory with the input")
+        y_arr = self._output_array(out, x_arr, q, self._nchw(self._out_shape) if nchw else
+                                   self._out_shape)
         waits = [*(wait_for or ()), *x_arr.events, *y_arr.events]
+        if not nchw:
+            return self._run_nhwc(x_arr, y_arr, q, waits)
+        return self._run_nchw(x_arr, y_arr, q, waits)
+
+    def _run_nhwc(self, x_arr: Any, y_arr: Any, q: cl.CommandQueue,
+                  waits: list[cl.Event]) -> Any:
         with self._lock:
             with self._launch_errors(q):
                 done = self._enqueue(q, cast(cl.Buffer, x_arr.base_data),
@@ -209,18 +208,64 @@ class OpenCLKernel:
         y_arr.add_event(done)
         return y_arr
 
+    def _run_nchw(self, x_arr: Any, y_arr: Any, q: cl.CommandQueue,
+                  waits: list[cl.Event]) -> Any:
+        import pyopencl.array as cl_array
+
+        from .layout import swap_last2
+
+        (n, h, w, c), k = self._in_shape, self._out_shape[3]
+        plane_out = self._out_shape[1] * self._out_shape[2]
+        size = np.dtype(self._dtype).itemsize
+        with self._launch_errors(q):
+            x_nhwc = cl_array.empty(q, self._in_shape, self._dtype)
+            y_nhwc = cl_array.empty(q, self._out_shape, self._dtype)
+            x_nhwc.add_event(swap_last2(self.runtime, q, cast(cl.Buffer, x_arr.base_data),
+                                        cast(cl.Buffer, x_nhwc.base_data), n, c, h * w, size,
+                                        waits))
+        self._run_nhwc(x_nhwc, y_nhwc, q, [])
+        with self._launch_errors(q):
+            done = swap_last2(self.runtime, q, cast(cl.Buffer, y_nhwc.base_data),
+                              cast(cl.Buffer, y_arr.base_data), n, plane_out, k, size,
+                              y_nhwc.events)
+            q.flush()
+        y_arr.add_event(done)
+        return y_arr
+
+    @staticmethod
+    def _nchw(nhwc: tuple[int, ...]) -> tuple[int, ...]:
+        n, h, w, c = nhwc
+        return (n, c, h, w)
+
+    def _output_array(self, out: Any, x_arr: Any, q: cl.CommandQueue,
+                      expected: tuple[int, ...]) -> Any:
+        import pyopencl.array as cl_array
+
+        if out is None:
+            return cl_array.empty(q, expected, self._dtype)
+        if isinstance(out, cl.Buffer):
+            raise InvalidProblemError("out", "cl.Buffer", "out must be a pyopencl.array.Array: "
+                                      "wrap the buffer as pyopencl.array.Array(queue, shape, "
+                                      "dtype, data=buffer)")
+        y_arr = self._device_array("out", out, expected, None)
+        if y_arr.base_data.int_ptr == x_arr.base_data.int_ptr:
+            raise InvalidProblemError("out", "the buffer of x", "the output must not "
+                                      "share memory with the input")
+        return y_arr
+
     def _device_array(self, name: str, value: Any, expected: tuple[int, ...],
                       shape: Sequence[int] | None) -> Any:
         """``value`` as a C-contiguous Array on this context with ``expected`` shape and the
         problem's dtype, else an InvalidProblemError naming ``name``."""
         import pyopencl.array as cl_array
 
+        layout = self.problem.layout
         if isinstance(value, cl.Buffer):
             if shape is None:
                 raise InvalidProblemError("shape", None, f"a cl.Buffer {name} needs shape= "
-                                          f"(NHWC {expected})")
+                                          f"({layout} {expected})")
             if tuple(shape) != expected:
-                raise InvalidProblemError("shape", tuple(shape), f"expected NHWC shape "
+                raise InvalidProblemError("shape", tuple(shape), f"expected {layout} shape "
                                           f"{expected} for {name}")
             nbytes = int(np.prod(expected)) * np.dtype(self._dtype).itemsize
             if value.size < nbytes:
@@ -233,7 +278,7 @@ class OpenCLKernel:
                                       "pyopencl.array.Array or a cl.Buffer with shape=")
         self._check_context(name, cast(cl.Context, value.context))
         if value.shape != expected:
-            raise InvalidProblemError(name, value.shape, f"expected NHWC shape {expected}")
+            raise InvalidProblemError(name, value.shape, f"expected {layout} shape {expected}")
         if value.dtype != self._dtype:
             raise InvalidProblemError(name, str(value.dtype), f"device arrays must be "
                                       f"{np.dtype(self._dtype).name} for this "
@@ -369,7 +414,7 @@ class OpenCLKernel:
             y_dev = cl_array.empty(self.queue, self._out_shape, self._dtype)
 
         def run() -> float:
-            self.run_device(x_dev, out=y_dev)
+            self._run_nhwc(x_dev, y_dev, self.queue, [*y_dev.events])
             return self.span_ns() * 1e-9
         return run
 
