@@ -147,6 +147,7 @@ class OpenCLKernel:
         self._in_bytes = int(np.prod(self._in_shape)) * np.dtype(self._dtype).itemsize
         self._lock = threading.Lock()
         self._last: tuple[cl.Event, cl.CommandQueue] | None = None
+        self._layout_kernel: Any = None      # made at the first NCHW device-resident run
 
     @property
     def queue(self) -> cl.CommandQueue:
@@ -210,27 +211,33 @@ class OpenCLKernel:
 
     def _run_nchw(self, x_arr: Any, y_arr: Any, q: cl.CommandQueue,
                   waits: list[cl.Event]) -> Any:
-        import pyopencl.array as cl_array
-
-        from .layout import swap_last2
-
+        """Transpose x into the kernel's own NHWC input buffer, run, transpose its NHWC
+        output into y: all three under the lock (those buffers are the op's, like the
+        workspace: a later run on another queue waits for this one's last transpose). A
+        fresh NHWC pair per run measured slower than both transposes on the H100."""
         (n, h, w, c), k = self._in_shape, self._out_shape[3]
         plane_out = self._out_shape[1] * self._out_shape[2]
-        size = np.dtype(self._dtype).itemsize
-        with self._launch_errors(q):
-            x_nhwc = cl_array.empty(q, self._in_shape, self._dtype)
-            y_nhwc = cl_array.empty(q, self._out_shape, self._dtype)
-            x_nhwc.add_event(swap_last2(self.runtime, q, cast(cl.Buffer, x_arr.base_data),
-                                        cast(cl.Buffer, x_nhwc.base_data), n, c, h * w, size,
-                                        waits))
-        self._run_nhwc(x_nhwc, y_nhwc, q, [])
-        with self._launch_errors(q):
-            done = swap_last2(self.runtime, q, cast(cl.Buffer, y_nhwc.base_data),
-                              cast(cl.Buffer, y_arr.base_data), n, plane_out, k, size,
-                              y_nhwc.events)
-            q.flush()
+        with self._lock:
+            with self._launch_errors(q):
+                x_nhwc, y_nhwc = self._x, self._y
+                swap = self._transposer()
+                into = swap.enqueue(q, cast(cl.Buffer, x_arr.base_data), x_nhwc, n, c, h * w,
+                                    self._waits(q, waits))
+                conv = self._enqueue(q, x_nhwc, y_nhwc, [into])
+                done = swap.enqueue(q, y_nhwc, cast(cl.Buffer, y_arr.base_data), n,
+                                    plane_out, k, [conv])
+                self._last = (done, q)
+                q.flush()
         y_arr.add_event(done)
         return y_arr
+
+    def _transposer(self) -> Any:
+        """The NCHW <-> NHWC kernel, made at the first NCHW device run (lock held)."""
+        if self._layout_kernel is None:
+            from .layout import Transposer
+
+            self._layout_kernel = Transposer(self.runtime, np.dtype(self._dtype).itemsize)
+        return self._layout_kernel
 
     @staticmethod
     def _nchw(nhwc: tuple[int, ...]) -> tuple[int, ...]:
