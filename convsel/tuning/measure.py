@@ -240,6 +240,9 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         except _FAILURES as exc:
             race.lanes.pop(cand.label, None)
             timings[cand.label] = {**infos[cand.label], "error": _describe(exc)}
+    if found and all(skipped.get(c.label) == _NO_DEVICE_CLOCK for c in found):
+        raise UnsupportedError(f"no candidate on {backend} has a device clock: time it with "
+                               "clock 'auto' or 'wall'", backend=backend)
     race.run(None if on_candidate is None else lambda n: on_candidate(f"round {n}"))
     timings.update({k: {**infos[k], "error": _describe(e)} for k, e in race.errors.items()})
     timings.update({k: {**infos[k], **st} for k, st in race.stats().items()})
@@ -292,14 +295,16 @@ def _build(build: Callable[..., Any], p: ConvProblem, w: np.ndarray, bias: np.nd
     return kernel
 
 
+_NO_DEVICE_CLOCK = "no device clock here: time it with clock 'wall' or 'auto'"
+
+
 def _runner(op: Any, x: np.ndarray, clock: str) -> tuple[Callable[[], Any], str]:
     """What to time for ``op`` and by which clock ("device" or "wall")."""
     device_timer = getattr(op, "device_timer", None)
     if clock != "wall" and device_timer is not None:
         return device_timer(x), "device"
     if clock == "device":
-        raise _Skip("this backend's kernels have no device clock: time it with clock "
-                    "'wall' or 'auto'")
+        raise _Skip(_NO_DEVICE_CLOCK)
     return functools.partial(op.run, x), "wall"
 
 
