@@ -102,7 +102,7 @@ def run_select(state: ServiceState, problem: ConvProblem, target: str | None, po
                  rules=state.loaded_rules(), policy=policy, **options)
     answer = {"problem": problem.to_dict(), **sel.to_dict()}
     state.metrics.selection(answer)
-    return answer
+    return state.hide_database(answer)     # a trace may name the tuning database's path
 
 
 def select_json(state: ServiceState, problem: BaseModel, target: str | None, policy: str,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 
 from convsel.rules import Rules, default_rules_path
+from convsel.tuning.db import default_target, is_url, open_db
 from convsel.verdict import Verdict
 
 from .config import Settings
@@ -69,6 +71,24 @@ class ServiceState:
             return [self.public(v) for v in value]
         return value
 
+    def hide_database(self, value: Any) -> Any:
+        """``value`` (a JSON-ready tree) with the tuning database's location replaced by
+        ``<path>`` unless CONVSEL_SHOW_PATHS: a measured or predicted answer's trace names it
+        ("no model ... in <path>"). Targeted, unlike :meth:`public`: a selection's text holds
+        slashes that are not paths ("×/÷ 1.21")."""
+        if self.settings.show_paths:
+            return value
+        return _replace_all(value, self._database_places())
+
+    def _database_places(self) -> tuple[str, ...]:
+        configured = self.settings.tuning_db or str(default_target())
+        places = {configured, str(Path(configured).expanduser())}
+        try:
+            places.add(str(open_db(self.settings.tuning_db).path))
+        except Exception:  # noqa: BLE001 - an unusable database is reported elsewhere
+            pass
+        return tuple(sorted((p for p in places if p and not is_url(p)), key=len, reverse=True))
+
     def rules_source(self, rules: Rules) -> str:
         """The rules file's path with CONVSEL_SHOW_PATHS, else 'packaged' or 'custom'."""
         if self.settings.show_paths:
@@ -100,6 +120,18 @@ class ServiceState:
                   for name, v in self.backends.items()}
         ok = default in self.backends and self.backends[default].ok
         return {"ok": ok, "default": default, "probed": probed}
+
+
+def _replace_all(value: Any, places: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        for place in places:
+            value = value.replace(place, HIDDEN)
+        return value
+    if isinstance(value, Mapping):
+        return {k: _replace_all(v, places) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_all(v, places) for v in value]
+    return value
 
 
 def state_of(request: Request) -> ServiceState:

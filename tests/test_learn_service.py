@@ -40,6 +40,12 @@ def test_fit_then_predicted_selection_and_readiness(db_path):
         assert identity["id"] == body["id"]
         ready = client.get("/readyz").json()
         assert ready["detail"]["fit"]["model"]["id"] == body["id"]
+        listing = client.get("/v1/tuning").json()
+        assert listing["model"]["model"]["id"] == body["id"]
+        assert [(m["id"], m["family"], m["current"], m["training_problems"])
+                for m in listing["models"]] == [(body["id"], "roofline", True,
+                                                 len(training_problems()))]
+        assert client.get("/v1/tuning", params={"backend": "opencl"}).json()["models"] == []
         problem = {k: v for k, v in UNSEEN_WIDE.to_dict().items() if v is not None}
         answer = client.post("/v1/select", json={"problem": problem, "policy": "predicted"})
         assert answer.status_code == 200, answer.text

@@ -70,12 +70,21 @@ def test_host_paths_only_when_asked(tmp_path, monkeypatch):
     db = tmp_path / "tuning.sqlite"
     monkeypatch.setenv("CONVSEL_TUNING_DB", str(db))
     with client_for(tuning_db=db) as c:
-        shown = c.get("/readyz").text + c.get("/v1/rules").text + c.get("/v1/tuning").text
+        problem = {"n": 1, "h": 20, "w": 20, "c": 64, "k": 64, "kh": 3, "kw": 3, "pad": 1}
+        answers = [c.post("/v1/select", json={"problem": problem, "policy": policy})
+                   for policy in ("measured", "predicted")]
+        batch = c.post("/v1/select/batch", json={"problems": [problem], "policy": "predicted"})
+        assert all(r.status_code == 200 for r in [*answers, batch])
+        # the no-model trace names the database; the server shows <path> in its place
+        assert "<path>" in answers[1].text and "convsel fit" in answers[1].text
+        shown = (c.get("/readyz").text + c.get("/v1/rules").text + c.get("/v1/tuning").text
+                 + c.get("/v1/fit").text + "".join(r.text for r in [*answers, batch]))
         assert str(tmp_path) not in shown and "site-packages" not in shown
         assert "/work/" not in shown and "/home/" not in shown
         assert c.get("/v1/rules").json()["source"] == "packaged"
     with client_for(tuning_db=db, show_paths=True) as c:
         assert c.get("/v1/tuning").json()["database"]["path"] == str(db)
+        assert str(db) in c.get("/v1/fit").json()["reason"]
         assert c.get("/v1/rules").json()["source"].endswith("heuristics.yaml")
 
 

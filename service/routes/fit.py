@@ -98,12 +98,12 @@ async def model_identity(state: StateDep,
                          backend: Backend | None = None,  # type: ignore[valid-type]
                          ) -> dict[str, Any]:
     """The identity of the model the predicted policy uses here (null when there is none)."""
-    return await anyio.to_thread.run_sync(_identity, state, backend)
+    return await anyio.to_thread.run_sync(model_in_use, state, backend)
 
 
 def ready(app: FastAPI) -> dict[str, Any]:
     """A missing model never makes the service unready: the rules answer instead."""
-    return {"ok": True, **_identity(app.state.convsel, None)}
+    return {"ok": True, **model_in_use(app.state.convsel, None)}
 
 
 def _where(state: ServiceState, backend: str | None,
@@ -116,16 +116,18 @@ def _where(state: ServiceState, backend: str | None,
     return backend, device, device_identity(backend, device)
 
 
-def _identity(state: ServiceState, backend: str | None) -> dict[str, Any]:
+def model_in_use(state: ServiceState, backend: str | None) -> dict[str, Any]:
+    """What the predicted policy uses on ``backend`` (default: the server's) here: the
+    model's identity, or None and why."""
     from convsel.policies.predicted import load_stored
 
     try:
         backend, device, _ = _where(state, backend, None)
     except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
-        return {"model": None, "reason": str(exc)}
+        return {"model": None, "reason": state.public(str(exc))}
     model, why = load_stored(backend, device, state.settings.tuning_db)
     return {"backend": backend, "model": model.identity() if model else None,
-            "reason": why or None}
+            "reason": state.hide_database(why) or None}
 
 
 def _fit(state: ServiceState, body: FitRequest) -> dict[str, Any]:

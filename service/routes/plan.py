@@ -140,7 +140,7 @@ def _plan_upload(state: ServiceState, upload: BinaryIO, filename: str | None,
     result = plan(model, state.target(form.target), form.policy, input_shapes=shapes,
                   fast_math=form.fast_math, layout=form.layout, rules=state.loaded_rules(),
                   **selection_options(state, form.policy, None, None))
-    return result.to_dict()
+    return state.hide_database(result.to_dict())   # traces may name the tuning database
 
 
 def _without_weights(model: Any) -> Any:

@@ -98,4 +98,4 @@ def _answer(state: ServiceState, index: int, item: Any, target: Target,
         return {"index": index, "selection": None, "error": describe_error(exc)[1]}
     answer = {"problem": problem.to_dict(), **sel.to_dict()}
     state.metrics.selection(answer)
-    return {"index": index, "selection": answer, "error": None}
+    return {"index": index, "selection": state.hide_database(answer), "error": None}

@@ -25,10 +25,12 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from convsel import backends
+from convsel._version import __version__
 from convsel.errors import BackendUnavailableError, TuningDatabaseError
 from convsel.policies import choose
 from convsel.problem import ConvProblem
 from convsel.tuning.db import TuningDB, open_db
+from convsel.tuning.entry import IMPLEMENTATIONS_VERSION
 from convsel.tuning.measure import Measurement, device_identity, measure
 
 from ..auth import TOKEN
@@ -37,6 +39,7 @@ from ..errors import BusyError, responses
 from ..limits import BodyRule
 from ..schemas import MAX_NAME, Backend, ProblemIn
 from ..state import ServiceState, StateDep, state_of
+from .fit import model_in_use
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
 BODIES = {"/v1/tune": BodyRule("max_body_bytes")}
@@ -105,13 +108,32 @@ class TuningEntryOut(BaseModel):
     current: bool = Field(description="whether this server's convsel would use the entry")
 
 
+class StoredModelOut(BaseModel):
+    """One cost model stored in the database (its body left out)."""
+
+    id: str | None
+    family: str
+    backend: str
+    device: str
+    driver: str
+    convsel_version: str
+    implementations_version: str
+    training_problems: int | None
+    current: bool = Field(description="whether this server's convsel and implementations "
+                                      "versions would use it")
+    created: float
+
+
 class TuningResponse(BaseModel):
-    """The database's status and its newest entries."""
+    """The database's status, its newest entries, and its cost models."""
 
     database: DatabaseStatus
     count: int
     returned: int
     entries: list[TuningEntryOut]
+    model: dict[str, Any] = Field(description="what the predicted policy uses on this "
+                                              "backend here (as GET /v1/fit)")
+    models: list[StoredModelOut]
 
 
 class TuningBusyError(BusyError):
@@ -161,14 +183,31 @@ async def tuning(state: StateDep,
     try:
         db = open_db(state.settings.tuning_db)
         entries = await anyio.to_thread.run_sync(lambda: db.entries(backend=backend))
+        stored = await anyio.to_thread.run_sync(db.models)
         status = db.status()
     except TuningDatabaseError as exc:
         raise TuningDatabaseError(state.public(str(exc))) from None
     if not state.settings.show_paths:
         status.pop("path", None)
+    in_use = await anyio.to_thread.run_sync(model_in_use, state, backend)
     return {"database": state.public(status), "count": len(entries),
             "returned": min(limit, len(entries)),
-            "entries": [{**e.to_dict(), "current": e.is_current} for e in entries[-limit:]]}
+            "entries": [{**e.to_dict(), "current": e.is_current} for e in entries[-limit:]],
+            "model": in_use,
+            "models": [_model_summary(m) for m in stored
+                       if backend is None or m["backend"] == backend]}
+
+
+def _model_summary(row: dict[str, Any]) -> dict[str, Any]:
+    meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+    return {"id": meta.get("id"), "family": row["family"], "backend": row["backend"],
+            "device": row["device"], "driver": row["driver"],
+            "convsel_version": row["convsel_version"],
+            "implementations_version": row["implementations_version"],
+            "training_problems": meta.get("training_problems"),
+            "current": (row["convsel_version"], row["implementations_version"]) == (
+                __version__, IMPLEMENTATIONS_VERSION),
+            "created": row["created"]}
 
 
 def ready(app: FastAPI) -> dict[str, Any]:
