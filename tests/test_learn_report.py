@@ -63,8 +63,34 @@ def test_report_cli_with_a_fresh_database_and_cv(dbs, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "predicted-cv" in text and "leave-one-net-out" in text
     saved = json.loads((out / "report.json").read_text())
-    assert set(saved["summary"]) == {"acl", CV_POLICY}
+    assert set(saved["summary"]) == {"acl", "measured", CV_POLICY}
     assert (out / "crossval.png").stat().st_size > 0
+
+
+def test_a_fresh_report_judges_the_earlier_runs_own_picks(dbs, tmp_path):
+    """The measured policy answers from --db's entry of each layer (its winner, or its tie
+    broken by ACL's pick) and is judged on the fresh run: the repeatability bound."""
+    layers, train, fresh, ident = dbs
+    slow = ConvProblem(1, 9, 9, 200, 64, 3, 3, pad=1)   # the earlier run had Winograd slow
+    earlier = TuningDB(tmp_path / "earlier.sqlite")
+    earlier.record(entry_for(slow, ident, cost=_winograd_slow))
+    fresh.record(entry_for(slow, ident))
+    net = [*layers, Layer("extra", "slow", slow)]
+    report = report_from_db(net, fresh, backend="numpy", device=ident, training=earlier)
+    by_name = {r.layer.name: r for r in report.layers}
+    picked = by_name["slow"].picks["measured"]
+    assert picked.source == "tuning-db" and not picked.label.startswith("winograd")
+    assert by_name["slow"].oracle.startswith("winograd") and picked.regret > 1.5
+    # layers the earlier run never timed get no measured pick, not a guess
+    assert all("measured" not in r.picks for r in report.layers if r.layer.name != "slow")
+    assert report.summary()["measured"]["layers"] == 1
+    same = report_from_db(layers, fresh, backend="numpy", device=ident, training=train)
+    assert all(r.picks["measured"].label == r.oracle or r.picks["measured"].regret == 1.0
+               for r in same.layers)
+
+
+def _winograd_slow(p: ConvProblem, algorithm: str) -> float:
+    return synthetic_seconds(p, algorithm) * (10.0 if algorithm == "winograd" else 1.0)
 
 
 def _has_lightgbm() -> bool:

@@ -28,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and sampled shapes), judge on this net's fresh timings")
     parser.add_argument("--fresh-db", default=None, metavar="PATH",
                         help="judge on the timings in this database (a separate, later "
-                             "`convsel tune` of the same layers) instead of timing now; only "
-                             "the acl policy and --cv are evaluated then")
+                             "`convsel tune` of the same layers) instead of timing now; the "
+                             "acl policy, the measured policy from --db's own timing of each "
+                             "layer (how well a run repeats) and --cv are evaluated then")
     parser.add_argument("--device-name", default=None, metavar="NAME",
                         help="with --fresh-db: the device (as recorded) whose timings to "
                              "use, when they were measured on another machine")
@@ -75,7 +76,7 @@ def _identity(args: argparse.Namespace, db: TuningDB) -> dict[str, str]:
 def _from_fresh_db(args: argparse.Namespace, layers: list[Layer], db: TuningDB) -> Report:
     fresh = TuningDB(args.fresh_db)
     return report_from_db(layers, fresh, backend=args.backend, device=_identity(args, fresh),
-                          target=args.target, judge=args.judge)
+                          target=args.target, judge=args.judge, training=db)
 
 
 def _crossval(args: argparse.Namespace, report: Report, db: TuningDB) -> None:

@@ -172,20 +172,25 @@ def _regret_png(report: Report, path: Path) -> Path:
     return path
 
 
+_CV_LABELS = {"acl": "ACL's rules", CV_POLICY: "predicted (model fitted without the net)",
+              "measured": "measured (an earlier run of these layers: the repeatability bound)"}
+
+
 def _crossval_png(report: Report, path: Path) -> Path:
     """Per held-out net and overall: geometric-mean regret and share of layers where the pick
-    was the fastest, ACL's rules against the model fitted without that net."""
+    was the fastest, ACL's rules against the model fitted without that net, and (when the
+    report has it) the earlier run's own pick of each layer."""
     from matplotlib.figure import Figure
 
     sets = [*report.nets, "all"]
-    policies = [p for p in ("acl", CV_POLICY) if p in report.policies]
+    policies = [p for p in ("acl", CV_POLICY, "measured") if p in report.policies]
     summaries = {n: report.summary(None if n == "all" else n) for n in sets}
     fig = Figure(figsize=(max(7.0, 0.9 * len(sets) + 3), 7.0), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
     width = 0.8 / len(policies)
     for i, policy in enumerate(policies):
         xs = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(sets))]
-        label = "ACL's rules" if policy == "acl" else "predicted (model fitted without the net)"
+        label = _CV_LABELS[policy]
         regrets = [summaries[n][policy]["geomean_regret"] or 0.0 for n in sets]
         shares = [100 * (summaries[n][policy]["fastest_share"] or 0.0) for n in sets]
         top.bar(xs, regrets, width, label=label, color=_BAR_COLOUR[policy])

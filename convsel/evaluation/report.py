@@ -19,8 +19,10 @@ from typing import Any
 from ..algorithms import label_of
 from ..errors import ConvselError, InvalidProblemError
 from ..policies import choose
-from ..rules import Rules
+from ..policies.measured import from_entry
+from ..rules import Rules, as_rules
 from ..selection import Selection, select
+from ..targets import resolve_target
 from ..tuning.db import TuningDB, TuningEntry
 from ..tuning.layers import Layer
 from ..tuning.measure import Measurement, measure, timed
@@ -230,11 +232,18 @@ def _select(layer: Layer, policy: str, target: str, rules: Rules | None, backend
 
 def report_from_db(layers: list[Layer], fresh: TuningDB, *, backend: str,
                    device: dict[str, str], target: str = "cpu", rules: Rules | None = None,
-                   judge: str = "median") -> Report:
+                   judge: str = "median", training: TuningDB | None = None) -> Report:
     """A report judged on timings already in ``fresh`` (measured on ``device``, possibly on
-    another machine, *after* and apart from the training data) instead of timing now. Only
-    the acl policy is asked here; :func:`convsel.evaluation.crossval.leave_one_net_out` adds
-    the model's picks."""
+    another machine, *after* and apart from the training data) instead of timing now.
+
+    ACL's rules are asked for every layer. With ``training`` (the database of an earlier
+    run), the measured policy answers from that run's entry for the layer where it has one:
+    what tuning these very layers gives, judged on a run it was not chosen from. That is how
+    well one run of timings repeats on this device, the bound for any policy that has not
+    timed the layer. :func:`convsel.evaluation.crossval.leave_one_net_out` adds the model's
+    picks."""
+    loaded = as_rules(rules)
+    resolved = resolve_target(target, loaded)
     results, left_out = [], []
     for layer in layers:
         entry = fresh.lookup(layer.problem, backend, device)
@@ -245,8 +254,13 @@ def report_from_db(layers: list[Layer], fresh: TuningDB, *, backend: str,
         if m.fastest is None:
             left_out.append(f"{layer.label}: no candidate ran")
             continue
-        results.append(LayerResult(layer, m, {"acl": _pick(
-            select(layer.problem, target, rules=rules), m)}))
+        acl = select(layer.problem, resolved, rules=loaded)
+        picks = {"acl": _pick(acl, m)}
+        earlier = training.lookup(layer.problem, backend, device) if training else None
+        if earlier is not None and training is not None:
+            picks["measured"] = _pick(from_entry(earlier, acl, resolved, str(training.path)),
+                                      m)
+        results.append(LayerResult(layer, m, picks))
     report = Report(backend, dict(device), target, TimingSettings(), judge=judge)
     report.layers, report.left_out = results, left_out
     return report

@@ -117,7 +117,7 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
         return _from_model(problem, target, rules, acl_selection, backend, device, database,
                            f"the tuning database ({database.path}) holds no entry for this "
                            f"problem on {where}")
-    return _from_entry(entry, acl_selection, target, str(database.path))
+    return from_entry(entry, acl_selection, target, str(database.path))
 
 
 def _from_model(problem: Any, target: Target, rules: Rules, acl: Selection, backend: str,
@@ -193,7 +193,9 @@ def pick(entry: TuningEntry, acl: Selection) -> tuple[str | None, str]:
                           f"the fastest median breaks it: {entry.tie[0]}")
 
 
-def _from_entry(entry: TuningEntry, acl: Selection, target: Target, path: str) -> Selection:
+def from_entry(entry: TuningEntry, acl: Selection, target: Target, path: str) -> Selection:
+    """The measured policy's answer from ``entry`` (read from the database at ``path``):
+    its winner, or its tie broken as :func:`pick` says; ACL's answer if nothing ran."""
     label, why = pick(entry, acl)
     if label is None:
         return _rules_answer(acl, "measured.no-timing", f"the tuning database's entry for this "
