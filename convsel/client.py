@@ -250,12 +250,17 @@ class Client:
 
     def find(self, problem: ConvProblem | Mapping[str, Any], *, target: str | None = None,
              backend: str | None = None, budget_s: float = 10.0,
-             max_workspace_bytes: int | None = None, store: bool = False) -> dict[str, Any]:
+             max_workspace_bytes: int | None = None, store: bool = False,
+             top: int | None = None) -> dict[str, Any]:
         """``POST /v1/find``: every algorithm and variant, ranked by time measured on the
-        server, each with spread, workspace, status and reason."""
-        return self._post_json("/v1/find", {
-            "problem": _problem(problem), "target": target, "backend": backend,
-            "budget_s": budget_s, "max_workspace_bytes": max_workspace_bytes, "store": store})
+        server, each with spread, workspace, status and reason (with ``top``, only the
+        server's model's ``top`` best-predicted candidates and ACL's pick are timed)."""
+        body = {"problem": _problem(problem), "target": target, "backend": backend,
+                "budget_s": budget_s, "max_workspace_bytes": max_workspace_bytes,
+                "store": store}
+        if top is not None:   # absent, not null: an older server rejects unknown fields
+            body["top"] = top
+        return self._post_json("/v1/find", body)
 
     def tune(self, problem: ConvProblem | Mapping[str, Any], *, target: str | None = None,
              backend: str | None = None, device: str | None = None, budget_s: float = 10.0,

@@ -27,7 +27,7 @@ from .problem import ConvProblem
 from .rules import Rules, as_rules
 from .selection import select
 from .tuning.db import TuningDB, open_db
-from .tuning.measure import WORKSPACE_EXCLUDED, Measurement, measure
+from .tuning.measure import WORKSPACE_EXCLUDED, Measurement, Shortlist, measure
 from .tuning.timing import TimingSettings
 
 STATUSES = ("ok", "error", "excluded-by-workspace", "skipped", "unsupported")
@@ -85,6 +85,7 @@ class FindResult:
     note: str | None = None
     database: str | None = None
     measurement: Measurement | None = field(default=None, repr=False, compare=False)
+    narrowed: str | None = None    # with ``top``: what was timed, or why everything was
 
     @property
     def best(self) -> FindEntry | None:
@@ -96,7 +97,7 @@ class FindResult:
                 "device": dict(self.device), "winner": self.winner, "tie": list(self.tie),
                 "acl": self.acl, "complete": self.complete,
                 "max_workspace_bytes": self.max_workspace_bytes, "stored": self.stored,
-                "note": self.note, "database": self.database,
+                "note": self.note, "database": self.database, "narrowed": self.narrowed,
                 "results": [r.to_dict() for r in self.results]}
 
     def table(self) -> str:
@@ -115,6 +116,8 @@ class FindResult:
         verdict = (f"winner {self.winner}" if self.winner else
                    f"tie {'/'.join(self.tie)}" if self.tie else "nothing ran")
         lines.append(verdict + ("" if self.complete else " (the time budget cut it short)"))
+        if self.narrowed:
+            lines.append(self.narrowed)
         if self.stored:
             lines.append(f"stored in {self.database}")
         elif self.note:
@@ -127,7 +130,8 @@ def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: s
          rules: Rules | str | None = None, max_workspace_bytes: int | None = None,
          store: bool = False, db: TuningDB | str | os.PathLike[str] | None = None,
          settings: TimingSettings | None = None, budget_s: float | None = None,
-         on_candidate: Callable[[str], None] | None = None) -> FindResult:
+         on_candidate: Callable[[str], None] | None = None,
+         top: int | None = None) -> FindResult:
     """Time every algorithm and variant that can run ``problem`` on ``backend``; rank them.
 
     Parameters
@@ -149,6 +153,10 @@ def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: s
         ``$CONVSEL_TUNING_DB`` or the user data directory), unless the budget cut it short.
     settings, budget_s
         How long to time each candidate; about how long all of it may take.
+    top : int, optional
+        Time only the ``top`` candidates that this device's fitted model (in ``db``) predicts
+        fastest, and ACL's pick; the others are ``skipped`` with that reason. Without a
+        usable model every candidate is timed, and ``narrowed`` says why.
 
     Returns
     -------
@@ -170,13 +178,28 @@ def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: s
     loaded = as_rules(rules)
     acl = select(problem, target, rules=loaded)
     weights = _weights(problem, w, weights_layout)
+    shortlist, narrowed = _narrow(problem, target, loaded, top, backend, device, db)
     m = measure(problem, backend, device, rules=loaded, settings=settings,
                 build=_with_weights(weights), budget_s=budget_s, on_candidate=on_candidate,
-                max_workspace_bytes=max_workspace_bytes)
+                max_workspace_bytes=max_workspace_bytes, shortlist=shortlist)
     result = FindResult(problem, backend, dict(m.device), _rank(m, backend, loaded), m.winner,
                         m.tie, algorithms.label_of(acl.algorithm, acl.params), m.complete,
-                        max_workspace_bytes, measurement=m)
+                        max_workspace_bytes, measurement=m, narrowed=narrowed)
     return _store(result, m, db) if store else result
+
+
+def _narrow(problem: ConvProblem, target: str, rules: Rules, top: int | None, backend: str,
+            device: Any, db: Any) -> tuple[Shortlist | None, str | None]:
+    if top is None:
+        return None, None
+    from .policies.predicted import shortlist  # the learner is imported only when asked
+    from .targets import resolve_target
+
+    found, why = shortlist(problem, resolve_target(target, rules), rules, top=top,
+                           backend=backend, device=device, db=db)
+    if found is None:
+        return None, f"top {top}: {why}; every candidate timed"
+    return found, f"top {top}: timed {', '.join(sorted(found.labels))} (the others: {found.reason})"
 
 
 def _check_limit(limit: Any) -> None:

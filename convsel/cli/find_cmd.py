@@ -22,25 +22,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not build candidates whose workspace is larger")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="stop timing after about this many seconds")
+    parser.add_argument("--top", type=int, default=None, metavar="K",
+                        help="time only the K candidates this device's fitted model (in --db) "
+                             "predicts fastest, and ACL's pick")
     parser.add_argument("--store", action="store_true",
                         help="record the measurement in the tuning database")
     parser.add_argument("--db", default=None, metavar="PATH",
-                        help="tuning database for --store (default: $CONVSEL_TUNING_DB or the "
-                             "user data directory)")
+                        help="tuning database for --store and --top's model (default: "
+                             "$CONVSEL_TUNING_DB or the user data directory)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..finder import find
 
-    if args.db is not None and not args.store:
-        raise ValueError("--db applies with --store only")
+    if args.db is not None and not (args.store or args.top is not None):
+        raise ValueError("--db applies with --store or --top only")
     problem = problem_from_args(args)
     if not args.json and sys.stderr.isatty():
         print(f"timing every candidate of {problem} ...", file=sys.stderr)
     result = find(problem, backend=args.backend, device=device_arg(args.device),
                   target=args.target, rules=args.rules,
                   max_workspace_bytes=args.max_workspace_bytes, store=args.store, db=args.db,
-                  budget_s=args.budget)
+                  budget_s=args.budget, top=args.top)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
     return 0 if result.best is not None else 1

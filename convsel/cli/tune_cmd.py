@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from ..errors import ConvselError, InvalidProblemError
 from ..problem import ConvProblem
 from ..tuning.db import TuningDB
 from ..tuning.layers import Layer, distinct, load_layers
-from ..tuning.measure import Measurement, measure
+from ..tuning.measure import Measurement, Shortlist, measure
 from ..tuning.timing import CLOCKS, TimingSettings
 from .problem_args import add_problem_arguments, problem_from_args
 
@@ -69,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "timed runs); layers not reached stay untuned")
     parser.add_argument("--max-workspace-bytes", type=int, default=None, metavar="BYTES",
                         help="do not time candidates whose workspace is larger")
+    parser.add_argument("--top", type=int, default=None, metavar="K",
+                        help="time only the K candidates this device's fitted model predicts "
+                             "fastest, and ACL's pick (every candidate where there is no "
+                             "model); `convsel fit` first")
+    parser.add_argument("--target", default="cpu",
+                        help="with --top: the ACL target whose rules' pick is always timed "
+                             "(default cpu)")
 
 
 def settings_from_args(args: argparse.Namespace) -> TimingSettings:
@@ -181,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
               "them again)")
     if args.budget is not None and not args.budget > 0:
         raise ValueError("--budget must be > 0 seconds")
+    narrow = _shortlister(args, db, device)
     bar = _bar(len(todo), args.no_progress)
     measured, failures, started = 0, 0, time.perf_counter()
     deadline = None if args.budget is None else started + args.budget
@@ -196,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
                 m = measure(layer.problem, args.backend, device, settings=settings,
                             on_candidate=lambda label: bar.set_postfix_str(label),
                             exclude=args.exclude, budget_s=left,
-                            max_workspace_bytes=args.max_workspace_bytes)
+                            max_workspace_bytes=args.max_workspace_bytes,
+                            shortlist=narrow(layer.problem))
             except ConvselError as exc:
                 failures += 1
                 bar.write(f"{layer.label}: not tuned: {exc}")
@@ -222,6 +232,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"the {args.budget:g} s budget ran out: {unreached} layer(s) not tuned (run "
               "again to continue: tuned layers are skipped)")
     return 1 if failures and not measured else 0
+
+
+def _shortlister(args: argparse.Namespace, db: TuningDB,
+                 device: Any) -> Callable[[ConvProblem], Shortlist | None]:
+    """Per problem, what --top leaves to time (None: everything). Without a usable model it
+    says so once and every candidate is timed."""
+    if args.top is None:
+        return lambda _: None
+    if args.top < 1:
+        raise ValueError(f"--top {args.top}: must be >= 1 (how many of the model's "
+                         "best-predicted candidates to time)")
+    from ..policies.predicted import shortlist
+    from ..rules import as_rules
+    from ..targets import resolve_target
+
+    rules = as_rules(None)
+    target = resolve_target(args.target, rules)
+    told: list[str] = []
+
+    def narrow(problem: ConvProblem) -> Shortlist | None:
+        found, why = shortlist(problem, target, rules, top=args.top, backend=args.backend,
+                               device=device, db=db)
+        if found is None and not told:
+            told.append(why)
+            print(f"--top {args.top}: {why}; timing every candidate", file=sys.stderr)
+        return found
+    return narrow
 
 
 def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,

@@ -23,7 +23,7 @@ from ..rules import Rules
 from ..selection import Selection, select
 from ..targets import Target
 from ..tuning.db import TuningDB, open_db
-from ..tuning.measure import candidates
+from ..tuning.measure import Shortlist, candidates
 from ..verdict import TraceStep
 
 
@@ -103,6 +103,29 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
                             f"model {model.id} predicts no candidate of this problem (its "
                             "training saw none of their algorithms); answered from ACL's rules")
     return _from_ranking(ranking, model, acl, target, policy)
+
+
+def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
+              backend: str = "numpy", device: Any = None, db: Any = None,
+              model: StoredModel | None = None) -> tuple[Shortlist | None, str]:
+    """What to time for ``problem`` when the model narrows it down: the ``top`` candidates it
+    predicts fastest, and ACL's pick, so that the tuned answer is never one that ACL's would
+    beat in the same measurement (cuDNN's heuristic query, then Find among its first few).
+    ``(None, why)`` when no usable model answers: time every candidate then."""
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise InvalidProblemError("top", top, "must be an integer >= 1 (how many of the "
+                                  "model's best-predicted candidates to time)")
+    acl = select(problem, target, rules=rules)
+    sel = select_predicted(problem, target, rules, acl, backend=backend, device=device, db=db,
+                           model=model)
+    if sel.source != "model" or sel.measurement is None:
+        return None, sel.trace[-1].reason
+    best = [str(r["label"]) for r in sel.measurement["ranking"][:top]]
+    acl_label = label_of(acl.algorithm, acl.params)
+    model_id = sel.measurement["model"]["id"]
+    return Shortlist(frozenset([*best, acl_label]),
+                     f"outside model {model_id}'s top {top} ({', '.join(best)}) and not "
+                     f"ACL's pick ({acl_label})"), ""
 
 
 def rules_answer(acl: Selection, policy: str, step_id: str, reason: str) -> Selection:

@@ -84,6 +84,15 @@ class Measurement:
                            winner=self.winner, tie=self.tie, timings=timings)
 
 
+@dataclass(frozen=True)
+class Shortlist:
+    """The only candidates worth timing for one problem (a cost model's few best, say), and
+    why: every other candidate is skipped with ``reason``."""
+
+    labels: frozenset[str]
+    reason: str
+
+
 def timed(timings: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """The timings that hold a median (no error, not skipped)."""
     return {k: v for k, v in timings.items() if "median_s" in v}
@@ -169,7 +178,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
             on_candidate: Callable[[str], None] | None = None,
             build: Callable[..., Any] | None = None,
             budget_s: float | None = None, exclude: Collection[str] = (),
-            max_workspace_bytes: int | None = None) -> Measurement:
+            max_workspace_bytes: int | None = None,
+            shortlist: Shortlist | None = None) -> Measurement:
     """Time every candidate of ``problem`` on ``backend`` and decide the winner.
 
     Parameters
@@ -195,6 +205,9 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     max_workspace_bytes : int, optional
         Variants whose workspace on ``backend`` (the registry's estimate) is larger are not
         built; they are skipped with a reason starting "excluded by the workspace limit".
+    shortlist : Shortlist, optional
+        Time only these labels; the others are skipped with its reason. Ignored when none of
+        the candidates left is on it (an answer from nothing timed would be no answer).
 
     Returns
     -------
@@ -217,6 +230,8 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     found, skipped = candidates(problem, backend, rules, exclude)
     if max_workspace_bytes is not None:
         found = _within_workspace(problem, backend, found, max_workspace_bytes, skipped)
+    if shortlist is not None:
+        found = _shortlisted(found, shortlist, skipped)
     x, w, bias = _data(problem, settings.seed)
     race, timings = Race(settings, budget_s), {}
     infos = {c.label: {"algorithm": c.algorithm,
@@ -266,6 +281,16 @@ def _within_workspace(p: ConvProblem, backend: str, found: list[Variant], limit:
             skipped[cand.label] = (f"{WORKSPACE_EXCLUDED}: needs {need} bytes, more than "
                                    f"{limit}" if need is not None else
                                    f"{WORKSPACE_EXCLUDED}: no workspace estimate on {backend}")
+    return kept
+
+
+def _shortlisted(found: list[Variant], shortlist: Shortlist,
+                 skipped: dict[str, str]) -> list[Variant]:
+    kept = [c for c in found if c.label in shortlist.labels]
+    if not kept:
+        return found
+    skipped.update({c.label: f"not timed: {shortlist.reason}"
+                    for c in found if c.label not in shortlist.labels})
     return kept
 
 

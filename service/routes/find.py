@@ -32,6 +32,10 @@ router = APIRouter(prefix="/v1", tags=["tuning"])
 BODIES = {"/v1/find": BodyRule("max_body_bytes")}
 
 
+# more than any problem has candidates: a larger top is a mistake, not a wish for all of them
+MAX_TOP = 64
+
+
 class FindRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -48,6 +52,9 @@ class FindRequest(BaseModel):
         "server's own limit applies when smaller or when this is absent")
     store: bool = Field(False, description="record a complete measurement in the server's "
                         "tuning database")
+    top: int | None = Field(None, ge=1, le=MAX_TOP, description="time only the candidates "
+                            "the server's fitted model predicts fastest (this many) and ACL's "
+                            "pick; every candidate where the server has no usable model")
 
 
 class FindEntryOut(BaseModel):
@@ -79,6 +86,8 @@ class FindResponse(BaseModel):
     stored: bool
     note: str | None
     database: str | None
+    narrowed: str | None = Field(None, description="with top: what was timed, or why every "
+                                 "candidate was")
     results: list[FindEntryOut]
     elapsed_s: float
 
@@ -117,8 +126,8 @@ def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any
     result = find(problem, backend=backend, device=s.default_device, target=target,
                   rules=state.loaded_rules(),
                   max_workspace_bytes=limit, store=body.store, db=s.tuning_db,
-                  budget_s=body.budget_s)
+                  budget_s=body.budget_s, top=body.top)
     answer = {**result.to_dict(), "elapsed_s": round(time.perf_counter() - started, 3)}
     if not s.show_paths:
         answer["database"] = None
-    return answer
+    return state.hide_database(answer)   # "no model ... in <path>" when top finds none
