@@ -10,11 +10,11 @@ the server seconds of CPU, so the route takes the API token when the server has 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from convsel import backends
 from convsel.errors import BackendUnavailableError, InvalidProblemError
@@ -24,7 +24,7 @@ from ..auth import TOKEN
 from ..convert import check_size, json_body, to_problem, validate_body
 from ..errors import responses
 from ..limits import BodyRule
-from ..schemas import MAX_NAME, Backend, ProblemIn
+from ..schemas import MAX_NAME, Backend, ProblemIn, integral
 from ..state import ServiceState, state_of
 from . import tuning
 
@@ -34,6 +34,9 @@ BODIES = {"/v1/find": BodyRule("max_body_bytes")}
 
 # more than any problem has candidates: a larger top is a mistake, not a wish for all of them
 MAX_TOP = 64
+# (the range before the validator: pydantic then states it as minimum/maximum in the schema)
+Bytes = Annotated[StrictInt, Field(ge=0), BeforeValidator(integral)]
+Top = Annotated[StrictInt, Field(ge=1, le=MAX_TOP), BeforeValidator(integral)]
 
 
 class FindRequest(BaseModel):
@@ -47,14 +50,14 @@ class FindRequest(BaseModel):
         None, description="default: the server's")
     budget_s: float = Field(10.0, gt=0, le=tuning.MAX_BUDGET_S,
                             description="stop timing after about this many seconds")
-    max_workspace_bytes: int | None = Field(
-        None, ge=0, description="do not build candidates whose workspace is larger; the "
-        "server's own limit applies when smaller or when this is absent")
+    max_workspace_bytes: Bytes | None = Field(
+        None, description="do not build candidates whose workspace is larger; the server's "
+        "own limit applies when smaller or when this is absent")
     store: bool = Field(False, description="record a complete measurement in the server's "
                         "tuning database")
-    top: int | None = Field(None, ge=1, le=MAX_TOP, description="time only the candidates "
-                            "the server's fitted model predicts fastest (this many) and ACL's "
-                            "pick; every candidate where the server has no usable model")
+    top: Top | None = Field(None, description="time only the candidates the server's fitted "
+                            "model predicts fastest (this many) and ACL's pick; every "
+                            "candidate where the server has no usable model")
 
 
 class FindEntryOut(BaseModel):
