@@ -119,6 +119,8 @@ def test_tune_top_records_the_shortlisted_timings(db, capsys):
     assert any("outside model" in str(t.get("skipped", "")) for t in entry.timings.values())
     assert main([*args[:-1], "0"]) == 2       # --top 0 is the caller's mistake
     assert "--top 0" in capsys.readouterr().err
+    assert main([*args, "--sample", "3"]) == 2  # training data is timed in full
+    assert "--top with --sample" in capsys.readouterr().err
 
 
 def test_tune_top_without_a_model_says_so_once(tmp_path, capsys):

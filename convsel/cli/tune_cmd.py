@@ -243,6 +243,10 @@ def _shortlister(args: argparse.Namespace, db: TuningDB,
     if args.top < 1:
         raise ValueError(f"--top {args.top}: must be >= 1 (how many of the model's "
                          "best-predicted candidates to time)")
+    if args.sample:
+        # a model's own picks as its training data would only confirm its mistakes
+        raise ValueError("--top with --sample: sampled shapes are the model's training data "
+                         "and are timed in full; tune them in a run of their own")
     from ..policies.predicted import shortlist
     from ..rules import as_rules
     from ..targets import resolve_target
