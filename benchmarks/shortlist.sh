@@ -11,11 +11,8 @@ set -u
 out=$1 top=$2 backend=$3
 shift 3
 mkdir -p "$out"
-all="resnet50 vgg16 mobilenet_v2 mobilenet_v2_depthwise squeezenet1_1 squeezenet1_1_torchvision"
-all+=" inception_v3 yolov3_416 alexnet alexnet_bvlc srgan_x4 esrgan_x4 unet"
-read -r -a nets <<< "${NETS:-$all}"
-net_flags=()
-for n in "${nets[@]}"; do net_flags+=(--net "$n"); done
+# shellcheck source=benchmarks/net_flags.sh
+source "$(dirname "$0")/net_flags.sh"   # NETS="a b c" to choose
 
 step() {   # step NAME ARGS...: one convsel command, its log and wall time kept
     local name=$1 t0=$SECONDS rc

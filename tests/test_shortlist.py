@@ -7,14 +7,12 @@ import json
 
 import pytest
 from service_support import assert_error, client_for
-from test_learn import entry_for, fit_and_save, training_problems
+from test_learn import _fresh_caches, entry_for, fit_and_save, training_problems  # noqa: F401
 
 import convsel
 from convsel import ConvProblem, algorithms, choose
 from convsel.cli import main
 from convsel.errors import InvalidProblemError
-from convsel.learn import stored as stored_mod
-from convsel.policies import measured as measured_mod
 from convsel.policies.predicted import shortlist
 from convsel.rules import as_rules
 from convsel.targets import resolve_target
@@ -25,13 +23,6 @@ from convsel.tuning.timing import TimingSettings
 P = ConvProblem(1, 10, 10, 8, 8, 3, 3, pad=1)     # seven candidates on numpy
 FAST = TimingSettings(warmup=1, min_runs=3, min_time=0.0, max_runs=6, rounds=2)
 SMALL = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    yield
-    measured_mod._cached_identity.cache_clear()
-    stored_mod._cache.clear()
 
 
 @pytest.fixture
