@@ -60,7 +60,7 @@ def test_no_model_no_shortlist_and_why(tmp_path):
     rules = as_rules(None)
     found, why = shortlist(P, resolve_target("cpu", rules), rules, top=2,
                            db=tmp_path / "empty.sqlite")
-    assert found is None and "no model" in why
+    assert found is None and "no model" in why and "answered from" not in why
 
 
 @pytest.mark.parametrize("top", [0, -1, 1.5, True, "3"])

@@ -72,6 +72,9 @@ def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None,
         return None, f"the model for {where} cannot be used: {exc}"
 
 
+_RULES_ANSWER = "; answered from ACL's rules"
+
+
 def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Selection, *,
                      backend: str = "numpy", device: Any = None, db: Any = None,
                      model: StoredModel | None = None, policy: str = "predicted") -> Selection:
@@ -84,8 +87,7 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
     if model is None:
         model, why = load_stored(backend, device, db)
     if model is None:
-        return rules_answer(acl, policy, "predicted.no-model", f"{why}; answered from ACL's "
-                            "rules")
+        return rules_answer(acl, policy, "predicted.no-model", f"{why}{_RULES_ANSWER}")
     dtypes = list(model.meta.get("dtypes") or [])
     if dtypes and problem.dtype not in dtypes:
         return rules_answer(acl, policy, "predicted.other-dtype",
@@ -119,7 +121,8 @@ def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
     sel = select_predicted(problem, target, rules, acl, backend=backend, device=device, db=db,
                            model=model)
     if sel.source != "model" or sel.measurement is None:
-        return None, sel.trace[-1].reason
+        # the trace says what the policy would then answer; here nothing is answered yet
+        return None, sel.trace[-1].reason.removesuffix(_RULES_ANSWER)
     best = [str(r["label"]) for r in sel.measurement["ranking"][:top]]
     acl_label = label_of(acl.algorithm, acl.params)
     model_id = sel.measurement["model"]["id"]
