@@ -20,7 +20,7 @@ from convsel.tuning.db import TuningDB
 from convsel.tuning.measure import Shortlist, measure
 from convsel.tuning.timing import TimingSettings
 
-P = ConvProblem(1, 10, 10, 8, 8, 3, 3, pad=1)     # seven candidates on numpy
+P = ConvProblem(1, 10, 10, 8, 8, 3, 3, pad=1)     # six candidates on numpy
 FAST = TimingSettings(warmup=1, min_runs=3, min_time=0.0, max_runs=6, rounds=2)
 SMALL = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
 
