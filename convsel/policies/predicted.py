@@ -87,23 +87,22 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
     if model is None:
         model, why = load_stored(backend, device, db)
     if model is None:
-        return rules_answer(acl, policy, "predicted.no-model", f"{why}{_RULES_ANSWER}")
+        return rules_answer(acl, policy, "predicted.no-model", why)
     dtypes = list(model.meta.get("dtypes") or [])
     if dtypes and problem.dtype not in dtypes:
         return rules_answer(acl, policy, "predicted.other-dtype",
                             f"model {model.id} was fitted on {', '.join(dtypes)} timings, not "
-                            f"{problem.dtype}; answered from ACL's rules")
+                            f"{problem.dtype}")
     found, _ = candidates(problem, backend, rules)
     try:
         ranking = model.rank(problem, [(c.label, c.algorithm, c.params) for c in found])
     except (ModelError, ValueError, ArithmeticError) as exc:
         return rules_answer(acl, policy, "predicted.model-failed",
-                            f"model {model.id} could not rank the candidates ({exc}); "
-                            "answered from ACL's rules")
+                            f"model {model.id} could not rank the candidates ({exc})")
     if not ranking or ranking[0].predicted_s == float("inf"):
         return rules_answer(acl, policy, "predicted.no-prediction",
                             f"model {model.id} predicts no candidate of this problem (its "
-                            "training saw none of their algorithms); answered from ACL's rules")
+                            "training saw none of their algorithms)")
     return _from_ranking(ranking, model, acl, target, policy)
 
 
@@ -131,10 +130,10 @@ def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
                      f"ACL's pick ({acl_label})"), ""
 
 
-def rules_answer(acl: Selection, policy: str, step_id: str, reason: str) -> Selection:
+def rules_answer(acl: Selection, policy: str, step_id: str, why_no_model: str) -> Selection:
     # fired=False: the ACL rule that decided stays the answer's rule and reason.
-    return dataclasses.replace(acl, policy=policy, source="rules",
-                               trace=(*acl.trace, TraceStep(step_id, False, reason)))
+    step = TraceStep(step_id, False, why_no_model + _RULES_ANSWER)
+    return dataclasses.replace(acl, policy=policy, source="rules", trace=(*acl.trace, step))
 
 
 def _from_ranking(ranking: list[Ranked], model: StoredModel, acl: Selection, target: Target,
