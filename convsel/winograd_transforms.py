@@ -31,7 +31,8 @@ only the final matrices are rounded to float64.
 Points: 0, ±1, ±1/2, ±2, ±1/4, ±4, ... taken in that order (points near ±1 keep the
 Vandermonde entries small, which bounds float32 error; Barabasz et al. 2020), except where
 ``BEST_POINTS`` holds a set found better by search (n = 6: 0, ±2/3, ±3/2). The float32
-error of every pair the heuristics can select is tested in tests/test_winograd_transforms.py.
+error of every pair the heuristics can select is tested in
+tests/algorithms/test_winograd_transforms.py.
 """
 
 from __future__ import annotations

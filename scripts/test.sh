@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # -- Chromium (the service's /docs test renders the page headless) ----------------------------
 # Debian's chromium, installed with apt-get when it is missing and apt-get can run (root);
-# without it tests/test_service_operator.py skips the /docs rendering test and says why.
+# without it tests/service/test_service_operator.py skips the /docs rendering test and says why.
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
     && [ "$(id -u)" -eq 0 ]; then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \

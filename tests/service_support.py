@@ -1,4 +1,4 @@
-"""Helpers shared by the tests of the HTTP service (tests/test_service_*.py)."""
+"""Helpers shared by the tests of the HTTP service (tests/service/)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ TOLERANCE: dict[tuple[str, str], float] = {
     # FFT rounding grows with log(block size) and spreads across a block.
     ("fft", "F32"): 2e-5,
     # Winograd transforms amplify rounding; F(4x4, 5x5) and F(2x2, 7x7) (8-point axes) most,
-    # ~10x the others (see tests/test_winograd_transforms.py).
+    # ~10x the others (see tests/algorithms/test_winograd_transforms.py).
     ("winograd", "F32"): 1e-4,
     ("direct", "F16"): _F16,
     ("im2col_gemm", "F16"): _F16,

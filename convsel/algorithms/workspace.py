@@ -9,7 +9,7 @@ numpy im2col_gemm and gemm_1x1 fold a bias into the GEMM (a column more), counte
 bias is given; OpenCL GEMMs may split their reduction on GPUs (see below). The constants
 mirror the numpy backend's (``WORKSPACE_CAP``, ``BAND_ELEMENTS``, ``BLOCK_ELEMENTS``,
 ``MIN_BLOCK_ROWS``, ``PLANAR_MAX_C``) and
-``tests/test_find_workspace.py`` checks both the constants and the values against real
+``tests/tuning/test_find_workspace.py`` checks both the constants and the values against real
 kernels, so the two cannot drift apart silently.
 """
 

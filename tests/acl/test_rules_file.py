@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 import yaml
+from repo import ROOT
 
 from convsel import ConvProblem, RuleFileError, load_rules, select
 from convsel.rules import default_rules_path
@@ -67,9 +68,8 @@ def test_unreadable_and_not_yaml(tmp_path):
 
 
 def test_top_level_copy_is_the_packaged_file(tmp_path):
-    from pathlib import Path
 
-    top = Path(__file__).parents[1] / "heuristics.yaml"
+    top = ROOT / "heuristics.yaml"
     assert top.read_bytes() == default_rules_path().read_bytes()
     copy = tmp_path / "h.yaml"
     shutil.copy(top, copy)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from repo import ROOT
 from store_worker import DEVICE, SMALL, entry
 
 import convsel.tuning.db as dbmod
@@ -28,7 +29,6 @@ from convsel.policies import choose
 from convsel.tuning.db import TuningDB, open_db
 from convsel.tuning.store import schema
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = {"backend": "numpy", "vendor": "x86_64", "device": "worker-cpu", "driver": "numpy 2"}
 
 

@@ -8,15 +8,14 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from repo import ROOT
 
 from convsel import ConvProblem
 from convsel.cli import build_parser, main, tune_cmd
 from convsel.tuning.db import TuningDB
 
-ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--min-time", "0", "--repeats", "1", "--warmup", "0"]
 SELECT = ["select", "--h", "56", "--w", "56", "--c", "64", "--k", "64", "--kernel", "3",
           "--pad", "1"]

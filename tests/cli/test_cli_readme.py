@@ -8,12 +8,11 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo import ROOT
 from service_support import client_for
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 import threading
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import pytest
 from opencl_support import assert_matches_reference, data, opencl_runtime
+from repo import ROOT
 
 from convsel import api
 from convsel.errors import InvalidProblemError, UnsupportedError
@@ -24,7 +24,7 @@ from convsel.backends.opencl import prepared  # noqa: E402
 
 pytestmark = pytest.mark.opencl
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = ROOT / "README.md"
 COMPLETE = cl.command_execution_status.COMPLETE
 
 # One problem per algorithm, each with padding, bias and a fused activation.

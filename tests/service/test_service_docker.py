@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo import ROOT
 
 from service.app import create_app
 from service.config import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
 
 
