@@ -45,6 +45,9 @@ def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
                              "on device-resident data (OpenCL), 'wall' = the host's clock "
                              "around the whole call, transfers included; 'auto' (default) = "
                              "device where the backend has one, else wall")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="BLAS/OpenMP threads while timing (default: as the process has "
+                             "them); each timing records the threads it ran with")
     parser.add_argument("--exclude", action="append", default=[], metavar="ALGORITHM",
                         help="do not time this algorithm (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -87,7 +90,7 @@ def settings_from_args(args: argparse.Namespace) -> TimingSettings:
         raise ValueError(f"--exclude {unknown[0]}: unknown algorithm; known: "
                          f"{', '.join(ALGORITHMS)}")
     return TimingSettings(warmup=args.warmup, min_runs=args.repeats, min_time=args.min_time,
-                          clock=args.clock)
+                          clock=args.clock, threads=getattr(args, "threads", None))
 
 
 def layers_from_args(args: argparse.Namespace) -> list[Layer]:
@@ -186,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     todo, done = _split(layers, db, args, device)
     if done:
         print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
-              "them again)")
+              "them again; noisy entries are timed again anyway)")
     if args.budget is not None and not args.budget > 0:
         raise ValueError("--budget must be > 0 seconds")
     narrow = _shortlister(args, db, device)
@@ -269,10 +272,19 @@ def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,
            device: Any) -> tuple[list[Layer], list[Layer]]:
     if args.retune:
         return layers, []
+    from .. import threads
     from ..tuning.identity import device_identity
 
     ident = device_identity(args.backend, device)
-    done = [x for x in layers if db.lookup(x.problem, args.backend, ident) is not None]
+    with threads.limited(getattr(args, "threads", None)) as counts:
+        pass
+    done = []
+    for x in layers:
+        entry = db.lookup(x.problem, args.backend, ident)
+        # a noisy entry, or one timed with other threads, is timed again
+        if entry is not None and not entry.noise and (
+                args.backend != "numpy" or not threads.differs(entry.threads, counts)):
+            done.append(x)
     return [x for x in layers if x not in done], done
 
 
@@ -281,7 +293,8 @@ def _line(layer: Layer, m: Measurement) -> str:
     times = ", ".join(f"{k} {t * 1e3:.3g}" for t, k in ok)
     verdict = f"winner {m.winner}" if m.winner else f"tie {'/'.join(m.tie)}"
     errors = "".join(f"; {k} failed: {e}" for k, e in m.errors.items())
-    return f"{layer.label}: {verdict} (ms: {times}){errors}"
+    noise = f"; NOISY, not confident: {'; '.join(m.noise)}" if m.noise else ""
+    return f"{layer.label}: {verdict} (ms: {times}){errors}{noise}"
 
 
 def _short(text: str, width: int = 40) -> str:

@@ -49,9 +49,11 @@ def table(report: Report, worst: int = 5) -> str:
                             for p in policies)
             lines.append(f"  {_short(r.layer.name, 34):<34} {r.oracle:<14} "
                          f"{r.oracle_time * 1e3:8.3f}{cells}")
-    lines += ["", "geometric-mean regret (1.00 = always the fastest)",
-              (f"  {'set':<26} {'policy':<13} {'layers':>6} {'regret':>7} {'worst':>7} "
-               f"{'tuned':>6} {'model':>6} {'picks fastest':>16} {'fastest algorithm':>18}")]
+    lines += ["", ("geometric-mean regret (1.00 = always the fastest; a pick tied with the "
+                   "fastest within the run's noise counts 1.00); mean = MIOpen's mean slowdown"),
+              (f"  {'set':<26} {'policy':<13} {'layers':>6} {'regret':>7} {'mean':>7} "
+               f"{'worst':>7} {'tuned':>6} {'model':>6} {'picks fastest':>16} "
+               f"{'fastest algorithm':>18} {'in noise':>8}")]
     for name, summary in [*((n, report.summary(n)) for n in report.nets),
                           ("all", report.summary())]:
         for policy in policies:
@@ -59,10 +61,12 @@ def table(report: Report, worst: int = 5) -> str:
             share = f"{s['fastest_share']:.0%}" if s["fastest_share"] is not None else "-"
             alg = f"{s['algorithm_share']:.0%}" if s["algorithm_share"] is not None else "-"
             lines.append(f"  {_short(name, 26):<26} {policy:<13} {s['layers']:>6} "
-                         f"{_x(s['geomean_regret'], '-'):>7} {_x(s['worst_regret'], '-'):>7} "
+                         f"{_x(s['geomean_regret'], '-'):>7} {_x(s['mean_regret'], '-'):>7} "
+                         f"{_x(s['worst_regret'], '-'):>7} "
                          f"{s['tuned_layers']:>6} {s['model_layers']:>6} "
                          f"{s['oracle_picks']:>5}/{s['layers']:<4} {share:>5} "
-                         f"{s['algorithm_picks']:>7}/{s['layers']:<4} {alg:>5}")
+                         f"{s['algorithm_picks']:>7}/{s['layers']:<4} {alg:>5} "
+                         f"{s['within_noise']:>8}")
     if report.crossval:
         lines += ["", f"leave-one-net-out ({CV_POLICY}): per net, the model fitted without it"]
         for net, fold in report.crossval.items():
@@ -78,6 +82,12 @@ def table(report: Report, worst: int = 5) -> str:
         lines.append(f"  {acl.regret or float('inf'):5.2f}×  {r.layer.label}: ACL runs "
                      f"{acl.label} ({acl.method}), fastest is {r.oracle}; rule {acl.rule}: "
                      f"{acl.reason}")
+    noisy = [r for r in report.layers if r.measurement.noise]
+    if noisy:
+        lines += ["", f"{len(noisy)} layer(s) timed with noise (their ties are wider, and a "
+                  "pick inside a tie is not charged): " + ", ".join(
+                      _short(r.layer.label, 40) for r in noisy[:8])
+                  + (" ..." if len(noisy) > 8 else "")]
     lines += [f"left out: {m}" for m in report.left_out]
     return "\n".join(lines)
 

@@ -3,7 +3,10 @@
 :func:`build_report` times every candidate of every layer afresh (the oracle is the fastest
 median of that run), asks each policy what it would run, and reads that pick's time from the
 same run. Regret is pick time / oracle time (1.0 is perfect); the summary gives its geometric
-mean per policy and how often each policy picked the oracle's candidate. The measured policy's
+mean per policy (and MIOpen's measure, the arithmetic mean of the slowdowns) and how often
+each policy picked the oracle's candidate. A pick inside the run's noise of the fastest (tied
+with it: :func:`convsel.tuning.measure.decide`, which widens the tie for a noisy timing) is
+not charged: its regret counts as 1.0 and ``raw_regret`` keeps the ratio. The measured policy's
 picks come from the tuning database (an earlier ``convsel tune``), so they are judged on
 timings they were not chosen from.
 """
@@ -46,11 +49,14 @@ class Pick:
     rule: str
     reason: str
     algorithm: str = ""
+    raw_regret: float | None = None   # the ratio itself, charged or not
+    within_noise: bool = False        # tied with the fastest: not charged
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "algorithm": self.algorithm, "method": self.method,
-                "time_ms": _ms(self.time_s), "regret": self.regret, "source": self.source,
-                "rule": self.rule, "reason": self.reason}
+                "time_ms": _ms(self.time_s), "regret": self.regret,
+                "raw_regret": self.raw_regret, "within_noise": self.within_noise,
+                "source": self.source, "rule": self.rule, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,8 @@ class LayerResult:
                 "timings_ms": {k: {"median": _ms(v["median_s"]), "iqr": _ms(v["iqr_s"]),
                                    "runs": v["runs"]} for k, v in timed(m.timings).items()},
                 "errors": m.errors, "skipped": dict(m.skipped), "winner": m.winner,
-                "tie": list(m.tie), "picks": {p: k.to_dict() for p, k in self.picks.items()}}
+                "tie": list(m.tie), "noise": m.noise,
+                "picks": {p: k.to_dict() for p, k in self.picks.items()}}
 
 
 @dataclass
@@ -119,6 +126,9 @@ class Report:
             out[policy] = {
                 "layers": len(picks),
                 "geomean_regret": geomean(p.regret for _, p in picks),
+                # MIOpen's measure: the mean slowdown against the fastest
+                "mean_regret": mean(p.regret for _, p in picks),
+                "within_noise": sum(p.within_noise and p.label != r.oracle for r, p in picks),
                 "oracle_picks": sum(p.label == r.oracle for r, p in picks),
                 "fastest_share": (sum(p.label == r.oracle for r, p in picks) / len(picks)
                                   if picks else None),
@@ -153,6 +163,12 @@ class Report:
                               for r in self.worst("acl")],
                 "layers": [r.to_dict() for r in self.layers], "left_out": self.left_out,
                 "crossval": self.crossval}
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    """Arithmetic mean of the finite values given (MIOpen's mean slowdown)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def geomean(values: Iterable[float | None]) -> float | None:
@@ -303,12 +319,13 @@ def _pick(sel: Selection, m: Measurement) -> Pick:
     time_s = t.get("median_s")
     fastest = m.fastest
     best = m.timings[fastest]["median_s"] if fastest else None
-    regret = (time_s / best) if time_s is not None and best else None
+    raw = (time_s / best) if time_s is not None and best else None
+    within = raw is not None and label in m.tie
     reason = sel.reason + (f" [fallback: {sel.fallback}]" if sel.fallback else "")
     if time_s is None:
         reason += f" [{label} did not run: {t.get('error') or m.skipped.get(label, 'absent')}]"
-    return Pick(label, sel.method, time_s, regret, sel.source, sel.rule, reason,
-                sel.algorithm)
+    return Pick(label, sel.method, time_s, 1.0 if within else raw, sel.source, sel.rule,
+                reason, sel.algorithm, raw, within)
 
 
 def _ms(seconds: float | None) -> float | None:

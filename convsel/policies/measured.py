@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from .. import backends
+from .. import backends, threads
 from ..algorithms import label_of, method_for
 from ..errors import ConvselError, InvalidProblemError, TuningDatabaseError
 from ..problem import ConvProblem
@@ -210,11 +210,25 @@ def from_entry(entry: TuningEntry, acl: Selection, target: Target, path: str) ->
         else "")
     step = TraceStep("measured.tuning-db", True,
                      f"measured on {entry.backend} / {entry.device['name']}: {label} "
-                     f"({_ms(chosen)}): {why}{versus}")
+                     f"({_ms(chosen)}): {why}{versus}{trust_notes(entry)}")
     return dataclasses.replace(
         acl, method=method_for(algorithm, target.is_gpu), algorithm=algorithm, params=params,
         rule="measured.tuning-db", policy="measured", source="tuning-db", fallback=None,
         trace=(*acl.trace, step), measurement=_measurement(entry, label, path))
+
+
+def trust_notes(entry: TuningEntry) -> str:
+    """What to keep in mind about ``entry``'s answer: its timings' noise (then it is a tie,
+    not a confident winner) and threads other than this process's ("" when neither)."""
+    notes = []
+    if entry.noise:
+        notes.append("not confident, its timings are noisy: " + "; ".join(entry.noise)
+                     + " (`convsel db verify` times it again)")
+    other = threads.differs(entry.threads, threads.current()) if entry.backend == "numpy" \
+        else ""
+    if other:
+        notes.append(f"{other}: the winner may differ (tune again with these threads)")
+    return "".join(f"; {n}" for n in notes)
 
 
 def _ms(t: Mapping[str, Any]) -> str:
@@ -230,6 +244,7 @@ def _measurement(entry: TuningEntry, label: str, path: str) -> dict[str, Any]:
         else:
             timings[name] = {k: t[k] for k in ("error", "skipped") if k in t}
     return {"chosen": label, "winner": entry.winner, "tie": list(entry.tie),
+            "confident": entry.confident, "noise": entry.noise, "threads": entry.threads,
             "backend": entry.backend, "device": dict(entry.device), "database": path,
             "measured_at": datetime.fromtimestamp(entry.created, UTC).isoformat(),
             "timings": timings}

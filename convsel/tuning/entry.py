@@ -11,6 +11,7 @@ from typing import Any
 from .._version import __version__
 from ..errors import InvalidProblemError
 from ..problem import ConvProblem
+from . import quality
 
 # Bump when an implementation changes enough to change its speed: older entries stop matching.
 IMPLEMENTATIONS_VERSION = "3"   # 2: implicit GEMM, tiled OpenCL GEMM, numpy fast paths; 3: OpenCL
@@ -42,6 +43,31 @@ class TuningEntry:
     convsel_version: str = __version__
     implementations_version: str = IMPLEMENTATIONS_VERSION
     created: float = field(default_factory=time.time)
+
+    @property
+    def confident(self) -> bool:
+        """A winner that beat every other candidate beyond the noise of both (a tie, or an
+        entry without a timing, is not)."""
+        return self.winner is not None
+
+    @property
+    def noise(self) -> list[str]:
+        """Why the timings that decide this entry (its winner, or its tie) are noisy: the
+        host's load, too few free cores for the threads, a wide spread, outliers; empty
+        when they are clean (or were recorded before timings kept their quality)."""
+        return quality.reasons(self.timings, [self.winner] if self.winner else self.tie)
+
+    @property
+    def threads(self) -> dict[str, int] | None:
+        """The BLAS/OpenMP threads and cores the deciding timing ran with (None: recorded
+        before timings kept them)."""
+        for label in ([self.winner] if self.winner else list(self.tie)):
+            env = self.timings.get(label, {}).get("environment")
+            if env:
+                return {"blas": int(env.get("blas_threads", 0)),
+                        "openmp": int(env.get("openmp_threads", 0)),
+                        "cores": int(env.get("cores", 0))}
+        return None
 
     @property
     def is_current(self) -> bool:

@@ -2,10 +2,17 @@
 
 Each candidate is prepared once (weights transformed, outside the timing) and warmed up, then
 all are timed in interleaved rounds until each has ``min_runs`` runs and ``min_time``
-seconds (see :mod:`convsel.tuning.timing`). The median is kept with its interquartile range.
-A candidate is the winner only if it beats the runner-up by more than the noise; otherwise
-the close ones are kept as a tie, which the rules break when the policy answers (see
-:mod:`convsel.policies.measured`).
+seconds (see :mod:`convsel.tuning.timing`). The median is kept with its interquartile range
+and the timing's quality: its spread, its outliers, what else ran on the machine meanwhile
+and with how many threads (see :mod:`convsel.tuning.quality`).
+
+A candidate is the winner only if it beats the runner-up by more than the noise of both:
+the statistical noise of their medians and, for a noisy timing, as much as the host's load
+and its spread may have slowed it. Otherwise the close ones are kept as a tie, which the
+rules break when the policy answers (see :mod:`convsel.policies.measured`). A tie that may
+be the noise's doing is timed again first: its candidates only, interleaved, with twice the
+runs (``TimingSettings.retimes`` times at most); still noisy, it is recorded as a tie with
+its noise named, never as a winner.
 """
 
 from __future__ import annotations
@@ -19,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import algorithms, backends
+from .. import algorithms, backends, threads
 from ..algorithms import label_of
 from ..errors import ConvselError, FallbackWarning, UnsupportedError
 from ..problem import ConvProblem
 from ..rules import Rules, as_rules
 from ..verdict import Verdict, failed, passed
+from . import quality
 from .entry import TuningEntry
 from .identity import device_identity
 from .timing import Race, TimingSettings
@@ -48,8 +56,10 @@ class Measurement:
     """What :func:`measure` found for one problem on one backend and device.
 
     ``timings`` maps each label to ``{"algorithm", "params", "median_s", "iqr_s", "runs",
-    "min_s", "pruned"}``, or to ``{"algorithm", "params", "error"}`` when preparing or running
-    it raised; ``skipped`` holds the labels that cannot run this problem here, with why.
+    "min_s", "pruned", "spread", "outliers", "environment", "noise", "clock"}`` (and
+    ``"retimed": n`` for a timing that replaced a noisy one), or to ``{"algorithm", "params",
+    "error"}`` when preparing or running it raised; ``skipped`` holds the labels that cannot
+    run this problem here, with why. ``retimed`` counts the re-times of a noisy tie.
     """
 
     problem: ConvProblem
@@ -60,6 +70,17 @@ class Measurement:
     winner: str | None
     tie: tuple[str, ...]
     untimed: tuple[str, ...] = ()    # not timed fully: the time budget ran out
+    retimed: int = 0
+
+    @property
+    def confident(self) -> bool:
+        """A winner beyond the noise of every other (a tie is not a winner)."""
+        return self.winner is not None
+
+    @property
+    def noise(self) -> list[str]:
+        """Why the fastest candidates' timings are noisy (empty when they are clean)."""
+        return quality.reasons(self.timings, [self.winner] if self.winner else self.tie)
 
     @property
     def fastest(self) -> str | None:
@@ -140,7 +161,7 @@ def dominated(algorithm: str, p: ConvProblem) -> Verdict:
 
 
 def noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """The difference of medians below which two timings are not told apart.
+    """The difference of medians below which two timings are not told apart statistically.
 
     Twice the standard error of the difference (about 95%), each median's error estimated
     from its IQR and run count (sigma ~ IQR / 1.349, SE(median) ~ 1.2533 sigma / sqrt(n)),
@@ -157,10 +178,13 @@ def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[
     """``(winner, ())`` when the fastest beats every other by more than the noise, else
     ``(None, tie)`` with the labels within noise of the fastest, fastest first.
 
-    A candidate ties only if the gap is within the noise of the pair *and* within the
-    fastest's own noise band (``noise(best, best)``): a candidate with few, scattered runs
-    has a wide spread of its own, which must not stretch the band around a precise winner.
-    A pruned candidate (left the race for being ``prune_factor`` times slower) never ties.
+    A candidate ties statistically only if the gap is within the noise of the pair *and*
+    within the fastest's own noise band (``noise(best, best)``): a candidate with few,
+    scattered runs has a wide spread of its own, which must not stretch the band around a
+    precise winner. It also ties when either timing is noisy and its median is within the
+    ratio the noise may have caused (:func:`convsel.tuning.quality.bound`: a timing under a
+    CPU hog may be twice as slow as on a quiet machine). A pruned candidate (left the race
+    for being ``prune_factor`` times slower) never ties.
     """
     ok = sorted(timed(timings).items(), key=lambda kv: kv[1]["median_s"])
     if not ok:
@@ -168,8 +192,9 @@ def decide(timings: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, tuple[
     best = ok[0][1]
     band = noise(best, best)
     close = [k for k, t in ok
-             if t is best or (not t.get("pruned") and
-                              t["median_s"] - best["median_s"] <= min(noise(best, t), band))]
+             if t is best or (not t.get("pruned") and (
+                 t["median_s"] - best["median_s"] <= min(noise(best, t), band)
+                 or t["median_s"] < best["median_s"] * quality.bound(best, t)))]
     return (ok[0][0], ()) if len(close) == 1 else (None, tuple(close))
 
 
@@ -223,10 +248,20 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     if not problem.is_float:
         raise UnsupportedError(f"dtype {problem.dtype} is selection-only: only F32 and F16 "
                                "problems can be timed")
+    settings = settings or TimingSettings()
+    with threads.limited(settings.threads):
+        return _measure(problem, backend, device, rules, settings, on_candidate, build,
+                        budget_s, exclude, max_workspace_bytes, shortlist)
+
+
+def _measure(problem: ConvProblem, backend: str, device: Any, rules: Rules | None,
+             settings: TimingSettings, on_candidate: Callable[[str], None] | None,
+             build: Callable[..., Any] | None, budget_s: float | None,
+             exclude: Collection[str], max_workspace_bytes: int | None,
+             shortlist: Shortlist | None) -> Measurement:
     if build is None:
         from ..execute import build as default_build
     builder = build or default_build
-    settings = settings or TimingSettings()
     found, skipped = candidates(problem, backend, rules, exclude)
     if max_workspace_bytes is not None:
         found = _within_workspace(problem, backend, found, max_workspace_bytes, skipped)
@@ -234,10 +269,10 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
         found = _shortlisted(found, shortlist, skipped)
     x, w, bias = _data(problem, settings.seed)
     race, timings = Race(settings, budget_s), {}
-    infos = {c.label: {"algorithm": c.algorithm,
+    infos: dict[str, dict[str, Any]] = {c.label: {"algorithm": c.algorithm,
                        "params": {k: list(v) if isinstance(v, (tuple, list)) else v
                                   for k, v in c.params.items()}} for c in found}
-    untimed = []
+    untimed, runners = [], {}
     for cand in found:
         if race.out_of_time:
             skipped[cand.label] = f"not timed: the {budget_s:g} s time budget was spent"
@@ -249,6 +284,7 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
             op = _build(builder, problem, w, bias, cand, backend, device)
             run, clock = _runner(op, x, settings.clock)
             infos[cand.label]["clock"] = clock
+            runners[cand.label] = (run, clock == "device")
             race.enter(cand.label, run, self_timed=clock == "device")
         except _Skip as exc:
             skipped[cand.label] = str(exc)
@@ -258,13 +294,54 @@ def measure(problem: ConvProblem, backend: str = "numpy", device: Any = None, *,
     if found and all(skipped.get(c.label) == _NO_DEVICE_CLOCK for c in found):
         raise UnsupportedError(f"no candidate on {backend} has a device clock: time it with "
                                "clock 'auto' or 'wall'", backend=backend)
-    race.run(None if on_candidate is None else lambda n: on_candidate(f"round {n}"))
+    progress = None if on_candidate is None else lambda n: on_candidate(f"round {n}")
+    race.run(progress)
     timings.update({k: {**infos[k], "error": _describe(e)} for k, e in race.errors.items()})
-    timings.update({k: {**infos[k], **st} for k, st in race.stats().items()})
+    timings.update(_assessed(race, infos))
     untimed += race.cut_short()
     winner, tie = decide(timings)
+    retimed = 0
+    while winner is None and retimed < settings.retimes and not untimed \
+            and any(quality.noisy(timings[k]) for k in tie):
+        retimed += 1
+        if on_candidate is not None:
+            on_candidate(f"re-time {retimed}: {', '.join(tie)}")
+        again = _retime(tie, runners, settings, race.deadline)
+        if again.cut_short() or not again.stats():
+            break
+        timings.update({k: {**v, "retimed": retimed} for k, v in _assessed(again, infos).items()})
+        timings.update({k: {**infos[k], "error": _describe(e)} for k, e in again.errors.items()})
+        winner, tie = decide(timings)
     return Measurement(problem, backend, device_identity(backend, device), timings, skipped,
-                       winner, tie, tuple(untimed))
+                       winner, tie, tuple(untimed), retimed)
+
+
+def _assessed(race: Race, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each timing of ``race`` with its quality (spread, outliers, environment, noise)."""
+    return {k: quality.assess({**infos[k], **st}, race.environment)
+            for k, st in race.stats().items()}
+
+
+# A re-time races at most this many of the tied candidates (the fastest of them).
+_RETIME_AT_MOST = 4
+
+
+def _retime(labels: Collection[str], runners: Mapping[str, tuple[Callable[[], Any], bool]],
+            settings: TimingSettings, deadline: float | None) -> Race:
+    """The tied candidates timed again among themselves, interleaved, with twice the runs."""
+    import time
+
+    left = None if deadline is None else deadline - time.perf_counter()
+    race = Race(settings.longer(), left)
+    for label in list(labels)[:_RETIME_AT_MOST]:
+        run, self_timed = runners[label]
+        try:
+            race.enter(label, run, self_timed=self_timed)
+        except _FAILURES as exc:
+            race.lanes.pop(label, None)
+            race.errors[label] = exc
+    race.run()
+    return race
 
 
 WORKSPACE_EXCLUDED = "excluded by the workspace limit"

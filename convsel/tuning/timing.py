@@ -17,20 +17,25 @@ slow round alone may be another process's burst).
 A run is timed by the host's clock around it, unless it times itself: a device run returns
 the seconds its profiling events span (:meth:`Race.enter` with ``self_timed``), which leaves
 out the host's launch and wait and the input and output transfers, equal for every candidate.
+
+While the rounds run, :class:`~convsel.tuning.quality.Contention` measures how busy other
+processes keep this process's cores: :attr:`Race.environment` (see
+:mod:`convsel.tuning.quality`), which every timing of the race records with its spread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..errors import InvalidProblemError
+from .quality import Contention, Environment, run_statistics
 
 CLOCKS = ("auto", "wall", "device")
 
@@ -54,10 +59,29 @@ class TimingSettings:
     # events on device-resident data), else the host's; "wall": always the host's, transfers
     # included; "device": the device's or the candidate is skipped.
     clock: str = "auto"
+    # BLAS and OpenMP threads while timing (threadpoolctl); None: as the process has them.
+    # Either way each timing records the threads it ran with (see convsel.threads).
+    threads: int | None = None
+    # A race whose tie may be the noise's doing (a tied timing is noisy) is timed again, its
+    # tied candidates only, interleaved, with twice the runs, up to this many times.
+    retimes: int = 2
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
             raise InvalidProblemError("clock", self.clock, f"one of {', '.join(CLOCKS)}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(
+                self.threads, int) or self.threads < 1):
+            raise InvalidProblemError("threads", self.threads, "must be an integer >= 1, or "
+                                      "None for the process's own setting")
+        if isinstance(self.retimes, bool) or not isinstance(self.retimes, int) or \
+                self.retimes < 0:
+            raise InvalidProblemError("retimes", self.retimes, "must be an integer >= 0")
+
+    def longer(self) -> TimingSettings:
+        """These settings with twice the runs and time, in two more rounds (a re-time)."""
+        return dataclasses.replace(self, warmup=max(self.warmup, 1), min_runs=2 * self.min_runs,
+                                   min_time=2 * self.min_time, max_runs=2 * self.max_runs,
+                                   rounds=self.rounds + 2)
 
 
 @dataclass
@@ -74,7 +98,7 @@ class _Lane:
 
     @property
     def median(self) -> float:
-        return float(np.median(self.times)) if self.times else math.inf
+        return float(statistics.median(self.times)) if self.times else math.inf
 
     @property
     def fast(self) -> bool:
@@ -90,6 +114,7 @@ class Race:
         self.lanes: dict[str, _Lane] = {}
         self.errors: dict[str, BaseException] = {}
         self._fastest_first_run = math.inf
+        self.environment: Environment | None = None   # measured by run()
 
     @property
     def out_of_time(self) -> bool:
@@ -133,6 +158,7 @@ class Race:
         """Time the entered candidates round by round until each is done or time runs out."""
         was_enabled = gc.isenabled()
         gc.disable()  # a collection inside one run would be noise, as in timeit
+        contention = Contention()
         try:
             self._recheck_suspects()
             for number in range(1, max(1, self.settings.rounds) + 1):
@@ -147,6 +173,7 @@ class Race:
         finally:
             if was_enabled:
                 gc.enable()
+            self.environment = contention.stop()
         if not self.out_of_time:   # else the unfinished ones are cut short
             for lane in self.lanes.values():
                 lane.done = True
@@ -186,16 +213,10 @@ class Race:
                 lane.run = _nothing
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Median, IQR, min and run count per candidate that ran at least once."""
-        out = {}
-        for label, lane in self.lanes.items():
-            if not lane.times:
-                continue
-            q1, median, q3 = np.percentile(lane.times, [25, 50, 75])
-            out[label] = {"median_s": float(median), "iqr_s": float(q3 - q1),
-                          "min_s": float(min(lane.times)), "runs": len(lane.times),
-                          "pruned": lane.pruned}
-        return out
+        """Median, IQR, min, run count, spread and outliers per candidate that ran at least
+        once (:func:`~convsel.tuning.quality.run_statistics`), and whether it was pruned."""
+        return {label: {**run_statistics(lane.times), "pruned": lane.pruned}
+                for label, lane in self.lanes.items() if lane.times}
 
     def cut_short(self) -> list[str]:
         """Candidates the time budget stopped before they were done."""

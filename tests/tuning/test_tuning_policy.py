@@ -275,13 +275,3 @@ def test_tune_true_measures_records_and_answers(db, monkeypatch):
     assert sel.source == "tuning-db"
     assert db.lookup(P1, "numpy", device_identity("numpy")) is not None
     assert choose(P1, "cpu", policy="measured", db=db).source == "tuning-db"
-
-
-def test_blas_thread_settings_are_part_of_the_device_key(db, monkeypatch):
-    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
-    record(db, P1, {"direct": t(1.0, 0.0, "direct"), "gemm_1x1": t(3.0, 0.0, "gemm_1x1")})
-    assert choose(P1, "cpu", policy="measured", db=db).source == "tuning-db"
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-    assert "OPENBLAS_NUM_THREADS=1" in device_identity("numpy")["driver"]
-    policy._cached_identity.cache_clear()   # identities are cached per process
-    assert choose(P1, "cpu", policy="measured", db=db).source == "rules"

@@ -20,12 +20,13 @@ def get_runtime(device: Any = None) -> None:
 
 
 def device_identity(runtime: Any = None) -> dict[str, str]:
-    """What decides this backend's speed, as the tuning database's device key: the CPU model,
-    numpy with its BLAS, and the BLAS thread settings (a winner timed with one BLAS thread is
-    not the winner with two)."""
+    """What decides this backend's speed, as the tuning database's device key: the CPU model
+    and numpy with its BLAS. Threads are not part of it: each timing records the threads it
+    ran with (:mod:`convsel.threads`), and an answer from timings made with other threads
+    says so."""
     return {"backend": "numpy", "vendor": platform.machine(),
             "name": _cpu_model() or platform.processor() or platform.machine(),
-            "driver": f"numpy {np.__version__}, {_blas()}; {_blas_threads()}"}
+            "driver": f"numpy {np.__version__}, {_blas()}"}
 
 
 def _blas() -> str:
@@ -42,14 +43,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return ""
-
-
-_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _blas_threads() -> str:
-    settings = [f"{v}={os.environ[v]}" for v in _THREAD_VARIABLES if v in os.environ]
-    return ", ".join(settings) or f"default threads ({os.cpu_count()} CPUs)"
 
 
 def describe() -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""The one rule for BLAS and OpenMP threads: they are a property of a *timing*, not of the
+device.
+
+A timing records the threads its runs had (:func:`current`), and the tuning database's device
+key names only the hardware and the software (CPU model, numpy and its BLAS). Thread counts
+are read and set through threadpoolctl, which talks to the loaded BLAS and OpenMP libraries
+themselves, so what is recorded is what ran, whatever environment variable set it (or none).
+:func:`limited` runs code under a given count (``convsel tune --threads N``); a timing taken
+under other threads than the process now has is still found, and the answer says so
+(:func:`differs`).
+
+Without threadpoolctl installed the counts come from the usual environment variables, and
+:func:`limited` cannot change them (it says so by returning the counts unchanged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+_VARIABLES = {"blas": ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"),
+              "openmp": ("OMP_NUM_THREADS",)}
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, as ``taskset`` sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not Linux
+        return os.cpu_count() or 1
+
+
+def current() -> dict[str, int]:
+    """``{"blas": n, "openmp": n, "cores": n}``: the threads the loaded BLAS and OpenMP
+    libraries use now (the largest where several are loaded; 0 where none is), and the cores
+    this process may run on."""
+    counts = _from_threadpoolctl()
+    if counts is None:
+        counts = {api: _from_environment(names) for api, names in _VARIABLES.items()}
+    return {**counts, "cores": cores()}
+
+
+# threadpoolctl's scan of the loaded libraries costs ~0.4 ms; reading the thread counts of
+# libraries already found costs ~1 µs. The scan is redone when modules were imported since
+# (loading a BLAS means importing the module that links it).
+_controller: tuple[int, Any] | None = None
+
+
+def _from_threadpoolctl() -> dict[str, int] | None:
+    global _controller
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    if _controller is None or _controller[0] != len(sys.modules):
+        _controller = (len(sys.modules), ThreadpoolController())
+    found = {"blas": 0, "openmp": 0}
+    for lib in _controller[1].lib_controllers:
+        if lib.user_api in found:
+            found[lib.user_api] = max(found[lib.user_api], int(lib.num_threads or 0))
+    return found
+
+
+def _from_environment(names: tuple[str, ...]) -> int:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return cores()
+
+
+@contextlib.contextmanager
+def limited(threads: int | None) -> Iterator[dict[str, int]]:
+    """Run the block with BLAS and OpenMP limited to ``threads`` (None: as they are); yields
+    the counts in force inside the block."""
+    if threads is None:
+        yield current()
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield current()
+        return
+    with threadpool_limits(limits=threads):
+        yield current()
+
+
+def describe(counts: Mapping[str, Any]) -> str:
+    """``"2 BLAS threads, 2 OpenMP threads on 2 cores"``."""
+    return (f"{counts.get('blas', '?')} BLAS thread(s), {counts.get('openmp', '?')} OpenMP "
+            f"thread(s) on {counts.get('cores', '?')} core(s)")
+
+
+def differs(recorded: Mapping[str, Any] | None, now: Mapping[str, Any]) -> str:
+    """Why a timing taken with ``recorded`` threads may not hold under ``now`` ("" when the
+    BLAS threads and cores are the same, or the timing recorded none)."""
+    if not recorded:
+        return ""
+    changed = [k for k in ("blas", "cores") if recorded.get(k) != now.get(k)]
+    if not changed:
+        return ""
+    return f"timed with {describe(recorded)}; this process has {describe(now)}"
