@@ -1,4 +1,5 @@
-"""``convsel db``: where the tuning database is, what it holds, and moving it as JSON."""
+"""``convsel db``: where the tuning database is, what it holds, moving it as JSON, and
+verifying its winners (``convsel db verify``: :mod:`.db_verify_cmd`)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imp = sub.add_parser("import", help="add the entries of an exported JSON file "
                          "(where both hold an entry, the newer wins)")
     imp.add_argument("file")
+    from . import db_verify_cmd
+
+    db_verify_cmd.add_parser(sub)
 
 
 def run(args: argparse.Namespace) -> int:
     db = TuningDB(args.db)
+    if args.action == "verify":
+        from . import db_verify_cmd
+
+        return db_verify_cmd.run(args, db)
     if args.action == "path":
         status = db.status()
         print(status["path"])

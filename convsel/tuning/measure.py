@@ -268,11 +268,12 @@ def _measure(problem: ConvProblem, backend: str, device: Any, rules: Rules | Non
     if shortlist is not None:
         found = _shortlisted(found, shortlist, skipped)
     x, w, bias = _data(problem, settings.seed)
-    race, timings = Race(settings, budget_s), {}
+    race, timings = Race(settings, budget_s), dict[str, dict[str, Any]]()
     infos: dict[str, dict[str, Any]] = {c.label: {"algorithm": c.algorithm,
                        "params": {k: list(v) if isinstance(v, (tuple, list)) else v
                                   for k, v in c.params.items()}} for c in found}
-    untimed, runners = [], {}
+    untimed: list[str] = []
+    runners: dict[str, tuple[Callable[[], Any], bool]] = {}
     for cand in found:
         if race.out_of_time:
             skipped[cand.label] = f"not timed: the {budget_s:g} s time budget was spent"
@@ -295,7 +296,20 @@ def _measure(problem: ConvProblem, backend: str, device: Any, rules: Rules | Non
         raise UnsupportedError(f"no candidate on {backend} has a device clock: time it with "
                                "clock 'auto' or 'wall'", backend=backend)
     progress = None if on_candidate is None else lambda n: on_candidate(f"round {n}")
-    race.run(progress)
+    with threads.limited(settings.threads):   # again: building may have loaded another BLAS
+        race.run(progress)
+        return _decided(problem, backend, device, settings, on_candidate, race, infos, runners,
+                        timings, skipped, untimed)
+
+
+def _decided(problem: ConvProblem, backend: str, device: Any, settings: TimingSettings,
+             on_candidate: Callable[[str], None] | None, race: Race,
+             infos: Mapping[str, Mapping[str, Any]],
+             runners: Mapping[str, tuple[Callable[[], Any], bool]],
+             timings: dict[str, dict[str, Any]], skipped: dict[str, str],
+             untimed: list[str]) -> Measurement:
+    """The race's timings with their quality, the winner or tie, and the re-times of a tie
+    that may be the noise's doing."""
     timings.update({k: {**infos[k], "error": _describe(e)} for k, e in race.errors.items()})
     timings.update(_assessed(race, infos))
     untimed += race.cut_short()

@@ -82,7 +82,9 @@ class Environment:
 
     @property
     def oversubscribed(self) -> bool:
-        return self.blas_threads > self.free_cores + OVERSUBSCRIBED_BY
+        """Several BLAS threads and not enough free cores for them (one thread is only
+        slowed, by at most :meth:`distortion`; several wait for each other)."""
+        return self.blas_threads > 1 and self.blas_threads > self.free_cores + OVERSUBSCRIBED_BY
 
     @property
     def loaded(self) -> bool:
