@@ -27,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="fit each candidate's median time (default) or its fastest run "
                              "(steadier where other processes share the cores)")
+    parser.add_argument("--target", default=None,
+                        help="the ACL target whose rules the model must beat (default: cpu "
+                             "for numpy, G77 for opencl)")
+    parser.add_argument("--noisy", action="store_true",
+                        help="also fit entries whose deciding timings are noisy (left out by "
+                             "default)")
     parser.add_argument("--folds", type=int, default=5, metavar="K",
                         help="cross-validation folds over problems (default 5)")
     parser.add_argument("--json", action="store_true", help="print the stored meta as JSON")
@@ -43,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
              else device_identity(args.backend, device_arg(args.device)))
     entries = [e for e in db.entries(backend=args.backend, device=ident) if e.is_current]
     result = fit(entries, families=args.family, folds=args.folds, device=ident,
-                 statistic=args.statistic)
+                 statistic=args.statistic, target=args.target or default_target(args.backend),
+                 noisy=args.noisy)
     db.save_model(model_key(args.backend, ident), result.family, result.model.to_data(),
                   result.meta)
     if args.json:
@@ -64,13 +71,41 @@ def _recorded_device(db: TuningDB, backend: str, name: str) -> dict[str, str]:
     return {"vendor": vendor, "name": device, "driver": driver}
 
 
+# The ACL target whose rules a model must beat, per backend: the Arm CPU rules for the CPU
+# backend, a Valhall Mali GPU's for OpenCL (the same used for the H100 figures).
+DEFAULT_TARGETS = {"numpy": "cpu", "opencl": "G77"}
+
+
+def default_target(backend: str) -> str:
+    return DEFAULT_TARGETS.get(backend, "cpu")
+
+
 def summary(meta: dict[str, Any], backend: str, where: str) -> str:
+    noisy = meta.get("noisy_entries_left_out") or 0
     lines = [(f"fitted on {meta['training_problems']} shapes ({meta['training_rows']} timed "
              f"candidates) of {backend} on {meta['device'].get('name', '?')} in "
-             f"{meta['fit_seconds']:.1f} s"), "held-out regret (cross-validated over shapes):"]
+             f"{meta['fit_seconds']:.1f} s" + (f"; {noisy} entries with noisy timings left "
+                                                 "out (--noisy keeps them)" if noisy else "")),
+             "held-out regret (cross-validated over shapes; mean = MIOpen's mean slowdown):"]
+    rows = [(f"ACL's rules ({meta['rules']['target']})", meta["rules"], "")]
     for family, s in meta["held_out"].items():
-        mark = "  <- kept" if family == meta["family"] else ""
-        lines.append(f"  {family:<9} geomean {s['geomean_regret']:.3f}  picks fastest "
-                     f"{s['fastest_share']:.0%}  worst {s['worst']:.2f}×{mark}")
-    lines.append(f"stored model {meta['id']} ({meta['family']}) in {where}")
+        ok = s.get("verdict", {}).get("accepted")
+        mark = ("  <- kept" if ok else "  <- kept, REJECTED") if family == meta["family"] \
+            else ("" if ok else "  (does not beat the rules)")
+        rows.append((family, s, mark))
+    for name, s, mark in rows:
+        lines.append(f"  {name:<18} geomean {_f(s['geomean_regret'])}  mean "
+                     f"{_f(s.get('mean_regret'))}  picks fastest {_pct(s['fastest_share'])}  "
+                     f"worst {_f(s['worst'], 2)}×{mark}")
+    state = "accepted" if meta.get("accepted") else "REJECTED: it never answers (the rules do)"
+    lines.append(f"model {meta['id']} ({meta['family']}) {state}: {meta.get('verdict', '')}")
+    lines.append(f"stored in {where}")
     return "\n".join(lines)
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"

@@ -1,12 +1,22 @@
-"""Fit a cost model from the tuning database's timings and keep the better family.
+"""Fit a cost model from the tuning database's timings; keep it only if it beats ACL's rules.
 
 Training data is every timed candidate of every entry for one backend and device, measured by
 this convsel (:attr:`TuningEntry.is_current`): one row per (problem, variant), target
-log(median seconds). Families are compared by cross-validated *regret* over problems (fit on
-the other folds, pick the predicted-fastest variant of each held-out problem, divide its
-measured time by the fastest measured time), not by prediction error: what matters is the
-ranking within a problem. The winner is refitted on everything and stored in the database as
-data, with its identity and its held-out figures.
+log(median seconds). Entries whose deciding timings are noisy (:attr:`TuningEntry.noise`:
+timed under load, too many threads for the free cores, a wide spread) are left out, and the
+fit says how many. Families are compared by cross-validated *regret* over problems (fit on the
+other folds, pick the predicted-fastest variant of each held-out problem, divide its measured
+time by the fastest measured time; a pick tied with the fastest within the entry's noise
+counts 1.0), not by prediction error: what matters is the ranking within a problem.
+
+ACL's rules are scored on the same problems (their pick's measured time over the fastest).
+A family must earn its place (:func:`verdict`): a lower geometric-mean regret than the rules
+by more than the noise of that difference (two standard errors of the per-problem log-regret
+differences), and a worst case no worse than theirs. The best family that does is refitted on
+everything and stored as data, with its identity and everyone's held-out figures; when none
+does, the best one is stored as *rejected* (``meta["accepted"]`` false, ``meta["verdict"]``
+says why) and never answers: the predicted and measured policies answer from the rules and
+say so.
 """
 
 from __future__ import annotations
@@ -24,8 +34,9 @@ import numpy as np
 
 from .._version import __version__
 from ..algorithms import label_of
-from ..errors import InvalidProblemError
+from ..errors import ConvselError, InvalidProblemError
 from ..problem import ConvProblem
+from ..rules import Rules, as_rules
 from ..tuning.entry import IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
 from .models import FAMILIES, Model, available_families
@@ -43,6 +54,9 @@ class Dataset:
     variants: list[str]
     problems: list[ConvProblem]   # the problem of each row
     dtypes: list[str] = field(default_factory=list)
+    # per problem, the labels its entry could not tell from the fastest (its tie)
+    ties: dict[ConvProblem, frozenset[str]] = field(default_factory=dict)
+    noisy: int = 0                # entries left out: their deciding timings were noisy
 
     @property
     def distinct(self) -> list[ConvProblem]:
@@ -51,20 +65,28 @@ class Dataset:
     def subset(self, rows: np.ndarray) -> Dataset:
         idx = np.flatnonzero(rows)
         return Dataset(self.x[idx], self.y[idx], [self.variants[i] for i in idx],
-                       [self.problems[i] for i in idx], self.dtypes)
+                       [self.problems[i] for i in idx], self.dtypes, self.ties, self.noisy)
 
 
 STATISTICS = ("median", "min")
 
 
-def dataset(entries: Iterable[TuningEntry], statistic: str = "median") -> Dataset:
+def dataset(entries: Iterable[TuningEntry], statistic: str = "median", *,
+            noisy: bool = False) -> Dataset:
     """The rows of every timed candidate of ``entries``; the target is the log of each
     candidate's ``statistic`` ("median", or "min": the fastest run, which other processes'
-    load cannot make faster, so it is the steadier estimate on a shared machine)."""
+    load cannot make faster, so it is the steadier estimate on a shared machine). Entries
+    whose deciding timings are noisy are left out (counted in ``noisy``) unless ``noisy``."""
     if statistic not in STATISTICS:
         raise InvalidProblemError("statistic", statistic, f"one of {', '.join(STATISTICS)}")
     xs, ys, variants, problems = [], [], [], []
+    ties: dict[ConvProblem, frozenset[str]] = {}
+    left_out = 0
     for entry in entries:
+        if entry.noise and not noisy:
+            left_out += 1
+            continue
+        ties[entry.problem] = frozenset(entry.tie)
         for label, t in entry.timings.items():
             if "median_s" not in t or not t["median_s"] or t["median_s"] <= 0:
                 continue
@@ -78,7 +100,7 @@ def dataset(entries: Iterable[TuningEntry], statistic: str = "median") -> Datase
             problems.append(entry.problem)
     x = np.asarray(xs, dtype=float).reshape(len(xs), len(FEATURE_NAMES))
     return Dataset(x, np.asarray(ys, dtype=float), variants, problems,
-                   sorted({p.dtype for p in problems}))
+                   sorted({p.dtype for p in problems}), ties, left_out)
 
 
 def _fold(p: ConvProblem, folds: int) -> int:
@@ -86,36 +108,112 @@ def _fold(p: ConvProblem, folds: int) -> int:
     return zlib.crc32(problem_key(p).encode()) % folds
 
 
-def picks(model: Model, data: Dataset) -> dict[ConvProblem, tuple[str, float, float]]:
-    """Per problem of ``data``: (predicted-fastest variant, its measured s, fastest measured s)."""
-    pred = model.predict(data.x, data.variants)
-    out: dict[ConvProblem, tuple[str, float, float]] = {}
+Pick = tuple[str, float, float]   # (label, its measured s, the fastest measured s)
+
+
+def _rows(data: Dataset) -> dict[ConvProblem, list[int]]:
     by_problem: dict[ConvProblem, list[int]] = {}
     for i, p in enumerate(data.problems):
         by_problem.setdefault(p, []).append(i)
-    for p, rows in by_problem.items():
+    return by_problem
+
+
+def _charged(data: Dataset, p: ConvProblem, label: str, rows: list[int], row: int) -> Pick:
+    """The pick ``label`` (row ``row``) of ``p``, charged nothing when it is tied with the
+    fastest within the entry's noise."""
+    fastest = math.exp(min(data.y[i] for i in rows))
+    seconds = math.exp(data.y[row])
+    if label in data.ties.get(p, frozenset()):
+        seconds = fastest
+    return label, seconds, fastest
+
+
+def picks(model: Model, data: Dataset) -> dict[ConvProblem, Pick]:
+    """Per problem of ``data``: (predicted-fastest variant, its measured s, fastest measured s)."""
+    pred = model.predict(data.x, data.variants)
+    out: dict[ConvProblem, Pick] = {}
+    for p, rows in _rows(data).items():
         best = min(rows, key=lambda i: (pred[i], data.variants[i]))
-        out[p] = (data.variants[best], math.exp(data.y[best]),
-                  math.exp(min(data.y[i] for i in rows)))
+        out[p] = _charged(data, p, data.variants[best], rows, best)
     return out
 
 
-def regret_summary(chosen: Mapping[Any, tuple[str, float, float]]) -> dict[str, Any]:
-    """Geometric-mean regret, share picking the fastest, and the worst regret."""
+def rules_picks(data: Dataset, target: str = "cpu",
+                rules: Rules | None = None) -> dict[ConvProblem, Pick]:
+    """Per problem of ``data`` whose rules' pick was timed: ACL's pick on ``target``, its
+    measured s and the fastest measured s (the baseline every model must beat)."""
+    from ..selection import select
+
+    loaded = as_rules(rules)
+    out: dict[ConvProblem, Pick] = {}
+    for p, rows in _rows(data).items():
+        try:
+            sel = select(p, target, rules=loaded)
+        except ConvselError:
+            continue
+        label = label_of(sel.algorithm, sel.params)
+        row = next((i for i in rows if data.variants[i] == label), None)
+        if row is not None:
+            out[p] = _charged(data, p, label, rows, row)
+    return out
+
+
+def regret_summary(chosen: Mapping[Any, Pick]) -> dict[str, Any]:
+    """Geometric-mean regret, MIOpen's mean slowdown, share picking the fastest, the worst."""
     regrets = [t / best for _, t, best in chosen.values()]
     if not regrets:
-        return {"problems": 0, "geomean_regret": None, "fastest_share": None, "worst": None}
+        return {"problems": 0, "geomean_regret": None, "mean_regret": None,
+                "fastest_share": None, "worst": None}
     return {"problems": len(regrets),
             "geomean_regret": math.exp(sum(map(math.log, regrets)) / len(regrets)),
+            "mean_regret": sum(regrets) / len(regrets),
             "fastest_share": sum(r <= 1.0 for r in regrets) / len(regrets),
             "worst": max(regrets)}
 
 
-def cross_validate(family: str, data: Dataset, folds: int = FOLDS) -> dict[str, Any]:
-    """Held-out regret of ``family`` over ``folds`` folds of problems, and the spread of its
-    log-time errors per algorithm (the uncertainty the policy reports)."""
+def verdict(model: Mapping[ConvProblem, Pick], baseline: Mapping[ConvProblem, Pick],
+            ) -> dict[str, Any]:
+    """Whether the held-out picks ``model`` beat ACL's ``baseline`` on the problems both
+    picked for: a lower geometric-mean regret by more than two standard errors of the
+    per-problem log-regret differences (so chance does not pass: a model fitted on noise
+    does not), and a worst case no worse. Returns ``{"accepted", "why", "problems",
+    "log_gain", "log_gain_se", "model": summary, "rules": summary}``."""
+    both = [p for p in model if p in baseline]
+    mine = {p: model[p] for p in both}
+    theirs = {p: baseline[p] for p in both}
+    ms, rs = regret_summary(mine), regret_summary(theirs)
+    if len(both) < 2:
+        return {"accepted": False, "why": f"only {len(both)} problem(s) where ACL's pick was "
+                "timed: nothing to compare with", "problems": len(both), "log_gain": None,
+                "log_gain_se": None, "model": ms, "rules": rs}
+    diffs = np.array([math.log(theirs[p][1] / theirs[p][2]) - math.log(mine[p][1] / mine[p][2])
+                      for p in both])
+    gain = float(diffs.mean())
+    se = float(diffs.std(ddof=1) / math.sqrt(len(diffs)))
+    figures = (f"held-out geomean {ms['geomean_regret']:.3f} vs ACL's rules "
+               f"{rs['geomean_regret']:.3f}, worst {ms['worst']:.2f}x vs {rs['worst']:.2f}x, "
+               f"on {len(both)} shapes")
+    if gain <= 2 * se:
+        why = (f"does not beat ACL's rules beyond the noise: {figures} (gain {gain:.4f} in "
+               f"log regret, needs more than 2 standard errors = {2 * se:.4f})")
+        accepted = False
+    elif ms["worst"] > rs["worst"]:
+        why = f"its worst case is worse than ACL's rules': {figures}"
+        accepted = False
+    else:
+        why = f"beats ACL's rules: {figures}"
+        accepted = True
+    return {"accepted": accepted, "why": why, "problems": len(both), "log_gain": gain,
+            "log_gain_se": se, "model": ms, "rules": rs}
+
+
+def cross_validate(family: str, data: Dataset, folds: int = FOLDS,
+                   baseline: Mapping[ConvProblem, Pick] | None = None) -> dict[str, Any]:
+    """Held-out regret of ``family`` over ``folds`` folds of problems, the spread of its
+    log-time errors per algorithm (the uncertainty the policy reports), and with
+    ``baseline`` (ACL's picks) its :func:`verdict` against them."""
     fold_of = np.array([_fold(p, folds) for p in data.problems])
-    chosen: dict[ConvProblem, tuple[str, float, float]] = {}
+    chosen: dict[ConvProblem, Pick] = {}
     errors: dict[str, list[float]] = {}
     for f in range(folds):
         train, test = data.subset(fold_of != f), data.subset(fold_of == f)
@@ -128,7 +226,10 @@ def cross_validate(family: str, data: Dataset, folds: int = FOLDS) -> dict[str, 
             if math.isfinite(err):
                 errors.setdefault(v.split(":", 1)[0], []).append(float(err))
     sigma = {a: float(np.sqrt(np.mean(np.square(e)))) for a, e in sorted(errors.items())}
-    return {**regret_summary(chosen), "sigma": sigma}
+    out = {**regret_summary(chosen), "sigma": sigma}
+    if baseline is not None:
+        out["verdict"] = verdict(chosen, baseline)
+    return out
 
 
 def model_id(family: str, data: Mapping[str, Any]) -> str:
@@ -147,9 +248,12 @@ class FitResult:
 
 def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None,
         folds: int = FOLDS, device: Mapping[str, str] | None = None,
-        statistic: str = "median") -> FitResult:
-    """Compare ``families`` (default: every installed one) by held-out regret on ``entries``
-    and fit the best on all of them.
+        statistic: str = "median", target: str = "cpu", rules: Rules | None = None,
+        noisy: bool = False) -> FitResult:
+    """Compare ``families`` (default: every installed one) and ACL's rules on ``target`` by
+    held-out regret on ``entries``, and fit the best family on all of them: accepted if it
+    beats the rules (:func:`verdict`), else stored as rejected. ``noisy`` keeps entries whose
+    deciding timings are noisy.
 
     Raises
     ------
@@ -161,18 +265,25 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
     if unknown:
         raise InvalidProblemError("family", unknown[0], f"unknown; known: {', '.join(FAMILIES)}")
     started = time.perf_counter()
-    data = dataset(entries, statistic)
+    data = dataset(entries, statistic, noisy=noisy)
     if len(data.distinct) < MIN_PROBLEMS:
         raise InvalidProblemError(
             "entries", len(data.distinct), f"a model needs timings of at least {MIN_PROBLEMS} "
-            "problems on this backend and device: run `convsel tune --sample 200` first")
-    scores = {f: cross_validate(f, data, folds) for f in names}
-    best = min(names, key=lambda f: (scores[f]["geomean_regret"] or math.inf,
+            f"problems on this backend and device ({data.noisy} noisy entries left out): run "
+            "`convsel tune --sample 200` first")
+    baseline = rules_picks(data, target, rules)
+    scores = {f: cross_validate(f, data, folds, baseline) for f in names}
+    best = min(names, key=lambda f: (not scores[f]["verdict"]["accepted"],
+                                     scores[f]["geomean_regret"] or math.inf,
                                      -(scores[f]["fastest_share"] or 0.0), f))
+    judged = scores[best]["verdict"]
     model = FAMILIES[best].fit(data.x, data.y, data.variants)
     stored = model.to_data()
     meta = {"id": model_id(best, stored), "family": best, "training_problems":
             len(data.distinct), "training_rows": int(len(data.y)), "dtypes": data.dtypes,
+            "accepted": bool(judged["accepted"]), "verdict": judged["why"],
+            "rules": {"target": target, **regret_summary(baseline)},
+            "noisy_entries_left_out": data.noisy,
             "algorithms": sorted({v.split(":", 1)[0] for v in data.variants}),
             "features": list(FEATURE_NAMES), "features_version": FEATURES_VERSION,
             "statistic": statistic,

@@ -65,6 +65,22 @@ class StoredModel:
     def training_problems(self) -> int:
         return int(self.meta.get("training_problems", 0))
 
+    @property
+    def accepted(self) -> bool:
+        """Whether it beat ACL's rules on held-out shapes when it was fitted (a model from
+        before that check is not taken on trust either)."""
+        return self.meta.get("accepted") is True
+
+    @property
+    def rejection(self) -> str:
+        """Why it does not answer ("" when it does)."""
+        if self.accepted:
+            return ""
+        if "accepted" not in self.meta:
+            return ("was fitted before models had to beat ACL's rules; run `convsel fit` "
+                    "again")
+        return f"was rejected by `convsel fit`: it {self.meta.get('verdict', '')}"
+
     def identity(self) -> dict[str, Any]:
         """Who the model is: id, family, training size, device, versions, held-out figures."""
         held = dict(self.meta.get("held_out") or {}).get(self.family, {})
@@ -75,7 +91,10 @@ class StoredModel:
                 "convsel_version": self.meta.get("convsel_version"),
                 "implementations_version": self.meta.get("implementations_version"),
                 "held_out_geomean_regret": held.get("geomean_regret"),
-                "held_out_fastest_share": held.get("fastest_share")}
+                "held_out_fastest_share": held.get("fastest_share"),
+                "accepted": self.accepted, "verdict": self.meta.get("verdict"),
+                "rules_held_out_geomean_regret": dict(self.meta.get("rules") or {}).get(
+                    "geomean_regret")}
 
     def rank(self, problem: Any, variants: Sequence[tuple[str, str, Mapping[str, Any]]],
              ) -> list[Ranked]:

@@ -2,7 +2,8 @@
 this device's own timings (``convsel fit``), and run the predicted fastest.
 
 No model for this backend and device (or one made by another convsel or implementation
-version, which the database never returns), a model that cannot be read, or a problem of a
+version, which the database never returns), a model that cannot be read, a model that did not
+beat ACL's rules when it was fitted (stored as rejected: it never answers), or a problem of a
 dtype the model never saw: the answer is ACL's rules', and the trace says why.
 """
 
@@ -88,6 +89,9 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
         model, why = load_stored(backend, device, db)
     if model is None:
         return rules_answer(acl, policy, "predicted.no-model", why)
+    if not model.accepted:
+        return rules_answer(acl, policy, "predicted.model-rejected",
+                            f"model {model.id} ({model.family}) {model.rejection}")
     dtypes = list(model.meta.get("dtypes") or [])
     if dtypes and problem.dtype not in dtypes:
         return rules_answer(acl, policy, "predicted.other-dtype",
