@@ -357,3 +357,18 @@ def test_a_model_fitted_on_shuffled_timings_is_rejected_and_the_rules_answer(tmp
         sel = choose(UNSEEN_WIDE, policy=policy, db=database)
         assert sel.source == "rules" and sel.algorithm == choose(UNSEEN_WIDE).algorithm
         assert "rejected by `convsel fit`" in sel.trace[-1].reason, sel.trace[-1].reason
+
+
+def test_the_sample_covers_the_documented_broad_space():
+    """Every kind the sampler documents shows up in a few hundred shapes."""
+    shapes = sample_problems(300, seed=0)
+    assert any(p.c <= 4 for p in shapes)                                   # few channels
+    assert any(1 < p.groups < p.c for p in shapes)                         # grouped
+    assert {(p.kh, p.kw) for p in shapes if p.is_depthwise} >= {(3, 3), (5, 5), (7, 7)}
+    assert any(p.kh == 1 and p.kw >= 9 for p in shapes) and any(
+        p.kw == 1 and p.kh >= 9 for p in shapes)                           # 1xN, Nx1
+    assert {p.stride[0] for p in shapes} >= {1, 2, 3, 4}
+    assert {p.dilation[0] for p in shapes} >= {1, 2, 3, 4}
+    assert any(p.h <= 7 and p.c >= 1024 for p in shapes)                  # tiny maps, wide
+    assert any(p.h >= 96 and p.c <= 16 for p in shapes)                   # large maps, narrow
+    assert max(p.n for p in shapes) >= 16 and min(p.n for p in shapes) == 1
