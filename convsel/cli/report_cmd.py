@@ -23,9 +23,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worst", type=int, default=5, metavar="N",
                         help="list the N layers where ACL's choice costs most")
     parser.add_argument("--cv", action="store_true",
-                        help="add leave-one-net-out cross-validation of the predicted policy: "
-                             "per net, fit on --db's timings of every other shape (other nets "
-                             "and sampled shapes), judge on this net's fresh timings")
+                        help="add cross-validation of the predicted policy: leave-one-net-out "
+                             "(per net, fit on --db's timings of every other shape, judge on "
+                             "this net's fresh timings) and leave-one-family-out (per family: "
+                             "grouped, depthwise, few-channel, large-kernel, strided, fit "
+                             "without any shape of it, judge on its layers)")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="also judge N generated shapes (as `convsel tune --sample`; use "
+                             "another --seed than the training run's)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="seed of the --sample shapes")
     parser.add_argument("--fresh-db", default=None, metavar="PATH",
                         help="judge on the timings in this database (a separate, later "
                              "`convsel tune` of the same layers) instead of timing now; the "
@@ -80,7 +87,7 @@ def _from_fresh_db(args: argparse.Namespace, layers: list[Layer], db: TuningDB) 
 
 
 def _crossval(args: argparse.Namespace, report: Report, db: TuningDB) -> None:
-    from ..evaluation.crossval import leave_one_net_out
+    from ..evaluation.crossval import leave_one_family_out, leave_one_net_out
 
     ident = report.device if args.fresh_db else _identity(args, db)
     training = [e for e in db.entries(backend=args.backend, device=ident) if e.is_current]
@@ -89,6 +96,10 @@ def _crossval(args: argparse.Namespace, report: Report, db: TuningDB) -> None:
     leave_one_net_out(report, training, target=args.target, families=args.family,
                       statistic=args.statistic,
                       on_net=lambda net: print(f"  fitting without {net}", file=sys.stderr))
+    leave_one_family_out(report, training, target=args.target, families=args.family,
+                         statistic=args.statistic,
+                         on_family=lambda name: print(f"  fitting without every {name} shape",
+                                                      file=sys.stderr))
 
 
 def _timed_now(args: argparse.Namespace, layers: list[Layer], db: TuningDB) -> Report:

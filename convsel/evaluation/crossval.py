@@ -1,10 +1,15 @@
-"""Leave-one-net-out cross-validation of the predicted policy.
+"""Cross-validation of the predicted policy, as a stranger would meet it.
 
-For each net of a report: fit a model (both families compared, as ``convsel fit`` does) on
-the training database's timings *minus every shape of that net* (sampled shapes and the other
-nets stay), then let that model pick for the net's layers, judged on the report's fresh
-timings. A shape two nets share counts as the held-out net's: it never trains the model that
-is judged on it.
+Leave-one-net-out: for each net of a report, fit a model (every family compared with ACL's
+rules, as ``convsel fit`` does) on the training database's timings *minus every shape of that
+net* (sampled shapes and the other nets stay), then let that model pick for the net's layers,
+judged on the report's fresh timings. A shape two nets share counts as the held-out net's.
+
+Leave-one-family-out: the same for each family of :mod:`.families` (grouped, depthwise,
+few-channel, large-kernel, strided): the model is fitted without *any* shape of the family,
+sampled or from a net, and judged on the report's layers of that family, beside ACL's rules
+on the same layers. That is the question a new user's layers ask: what does the model do on
+a kind of shape it never saw?
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from ..rules import Rules, as_rules
 from ..selection import select
 from ..targets import resolve_target
 from ..tuning.entry import TuningEntry
-from .report import CV_POLICY, Report, pick_of
+from .families import FAMILIES
+from .report import CV_POLICY, LayerResult, Pick, Report, pick_of, summarize
 
 
 def leave_one_net_out(report: Report, training: Sequence[TuningEntry], *, target: str = "cpu",
@@ -39,7 +45,8 @@ def leave_one_net_out(report: Report, training: Sequence[TuningEntry], *, target
         held = {r.layer.problem for r in rows}
         train = [e for e in training if e.problem not in held]
         try:
-            result = fit(train, families=families, device=report.device, statistic=statistic)
+            result = fit(train, families=families, device=report.device, statistic=statistic,
+                         target=target, rules=loaded)
         except InvalidProblemError as exc:
             folds[net] = {"error": str(exc)}
             continue
@@ -56,3 +63,83 @@ def leave_one_net_out(report: Report, training: Sequence[TuningEntry], *, target
                       "inner_held_out": result.meta["held_out"]}
     report.crossval = folds
     return folds
+
+
+# The closing targets of issue 22, per held-out family.
+TARGET_REGRET = 1.03
+TARGET_WORST = 1.5
+
+
+def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
+                         target: str = "cpu", rules: Rules | None = None,
+                         families: Sequence[str] | None = None, statistic: str = "median",
+                         on_family: Callable[[str], None] | None = None,
+                         ) -> dict[str, Any]:
+    """Per shape family: fit without any shape of it, judge the model's picks and ACL's on
+    the report's layers of that family; stored in (and returned as) ``report.family_cv``."""
+    loaded = as_rules(rules)
+    resolved = resolve_target(target, loaded)
+    out: dict[str, Any] = {}
+    for name, (description, member) in FAMILIES.items():
+        rows = [r for r in report.layers if member(r.layer.problem)]
+        if not rows:
+            continue
+        if on_family is not None:
+            on_family(name)
+        train = [e for e in training if not member(e.problem)]
+        try:
+            result = fit(train, families=families, device=report.device, statistic=statistic,
+                         target=target, rules=loaded)
+        except InvalidProblemError as exc:
+            out[name] = {"description": description, "error": str(exc)}
+            continue
+        model = StoredModel(result.family, result.model, result.meta, 0.0)
+        acl: list[tuple[LayerResult, Pick]] = []
+        predicted: list[tuple[LayerResult, Pick]] = []
+        for r in rows:
+            rules_sel = select(r.layer.problem, resolved, rules=loaded)
+            sel = select_predicted(r.layer.problem, resolved, loaded, rules_sel,
+                                   backend=report.backend, model=model)
+            acl.append((r, pick_of(rules_sel, r.measurement)))
+            predicted.append((r, pick_of(sel, r.measurement)))
+        out[name] = {"description": description, "model_id": result.meta["id"],
+                     "family": result.family, "accepted": result.meta["accepted"],
+                     "verdict": result.meta["verdict"],
+                     "training_problems": result.meta["training_problems"],
+                     "excluded_training_entries": len(training) - len(train),
+                     "acl": summarize(acl), "predicted": summarize(predicted),
+                     "sources": _count(p.source for _, p in predicted),
+                     "targets": _targets(acl, predicted),
+                     "layers": [_row(r, a, p) for (r, a), (_, p) in zip(acl, predicted,
+                                                                         strict=True)]}
+    report.family_cv = out
+    return out
+
+
+def _count(values: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+def _targets(acl: list[tuple[LayerResult, Pick]],
+             predicted: list[tuple[LayerResult, Pick]]) -> dict[str, Any]:
+    """Issue 22's targets for one held-out family: regret <= 1.03, never worse than ACL's
+    rules, no layer above 1.5x unless ACL's pick is also above it."""
+    mine, theirs = summarize(predicted), summarize(acl)
+    regret, rules_regret = mine["geomean_regret"], theirs["geomean_regret"]
+    blunders = [r.layer.label for (r, a), (_, p) in zip(acl, predicted, strict=True)
+                if (p.regret or float("inf")) > TARGET_WORST
+                and (a.regret or float("inf")) <= TARGET_WORST]
+    return {"regret_at_most_1.03": regret is not None and regret <= TARGET_REGRET,
+            "not_worse_than_acl": (regret is not None and rules_regret is not None
+                                   and regret <= rules_regret),
+            "no_blunder_above_1.5x": not blunders, "blunders": blunders}
+
+
+def _row(r: LayerResult, acl: Pick, predicted: Pick) -> dict[str, Any]:
+    return {"layer": r.layer.label, "shape": str(r.layer.problem), "oracle": r.oracle,
+            "acl": acl.label, "acl_regret": acl.regret, "predicted": predicted.label,
+            "predicted_regret": predicted.regret, "source": predicted.source,
+            "within_noise": predicted.within_noise, "reason": predicted.reason}

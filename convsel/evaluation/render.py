@@ -74,6 +74,8 @@ def table(report: Report, worst: int = 5) -> str:
                          f"model {fold['model_id']} ({fold['family']}) on "
                          f"{fold['training_problems']} shapes, "
                          f"{fold['excluded_training_entries']} of this net's left out"))
+    if report.family_cv:
+        lines += ["", family_table(report.family_cv)]
     costly = report.worst("acl", worst)
     if costly:
         lines += ["", "where ACL's choice costs most"]
@@ -89,6 +91,40 @@ def table(report: Report, worst: int = 5) -> str:
                       _short(r.layer.label, 40) for r in noisy[:8])
                   + (" ..." if len(noisy) > 8 else "")]
     lines += [f"left out: {m}" for m in report.left_out]
+    return "\n".join(lines)
+
+
+def family_table(folds: dict[str, Any]) -> str:
+    """Leave-one-family-out: per held-out family, ACL's rules against the model fitted
+    without it (geomean, MIOpen's mean, worst, picks of the fastest), where the model's picks
+    came from, and issue 22's targets (regret <= 1.03, not worse than ACL, no layer above
+    1.5x unless ACL's is too)."""
+    lines = ["leave-one-family-out: per family, a model fitted without any shape of it, "
+             "judged on its layers",
+             (f"  {'family':<13} {'layers':>6} {'policy':<10} {'regret':>7} {'mean':>7} "
+              f"{'worst':>7} {'fastest':>8}  model / answers from / targets")]
+    for name, fold in folds.items():
+        if "error" in fold:
+            lines.append(f"  {name:<13} {fold['error']}")
+            continue
+        for policy in ("acl", "predicted"):
+            s = fold[policy]
+            share = f"{s['fastest_share']:.0%}" if s["fastest_share"] is not None else "-"
+            tail = ""
+            if policy == "predicted":
+                t = fold["targets"]
+                met = [k for k in ("regret_at_most_1.03", "not_worse_than_acl",
+                                   "no_blunder_above_1.5x") if t[k]]
+                missed = [k for k in ("regret_at_most_1.03", "not_worse_than_acl",
+                                      "no_blunder_above_1.5x") if not t[k]]
+                sources = ", ".join(f"{k} {v}" for k, v in sorted(fold["sources"].items()))
+                state = "accepted" if fold["accepted"] else "REJECTED"
+                tail = (f"  {fold['model_id']} {fold['family']} {state}; {sources}; "
+                        f"met: {', '.join(met) or '-'}; MISSED: {', '.join(missed) or '-'}")
+            lines.append(f"  {name if policy == 'acl' else '':<13} "
+                         f"{s['layers'] if policy == 'acl' else '':>6} {policy:<10} "
+                         f"{_x(s['geomean_regret'], '-'):>7} {_x(s['mean_regret'], '-'):>7} "
+                         f"{_x(s['worst_regret'], '-'):>7} {share:>8}{tail}")
     return "\n".join(lines)
 
 

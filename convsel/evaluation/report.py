@@ -108,6 +108,8 @@ class Report:
     left_out: list[str] = field(default_factory=list)
     crossval: dict[str, Any] | None = None     # what the cross-validation trained, per net
     judge: str = "median"       # which statistic of the fresh timings judges the picks
+    # leave-one-family-out: per family, its layers' picks and figures (see .crossval)
+    family_cv: dict[str, Any] | None = None
 
     @property
     def policies(self) -> list[str]:
@@ -119,29 +121,8 @@ class Report:
         """Per policy: geometric-mean regret (over all layers and over tuned ones), how
         often it picked the oracle, and how many layers count."""
         rows = [r for r in self.layers if net is None or r.layer.net == net]
-        out = {}
-        for policy in self.policies:
-            picks = [(r, r.picks[policy]) for r in rows if policy in r.picks]
-            tuned = [p for _, p in picks if p.source == "tuning-db"]
-            out[policy] = {
-                "layers": len(picks),
-                "geomean_regret": geomean(p.regret for _, p in picks),
-                # MIOpen's measure: the mean slowdown against the fastest
-                "mean_regret": mean(p.regret for _, p in picks),
-                "within_noise": sum(p.within_noise and p.label != r.oracle for r, p in picks),
-                "oracle_picks": sum(p.label == r.oracle for r, p in picks),
-                "fastest_share": (sum(p.label == r.oracle for r, p in picks) / len(picks)
-                                  if picks else None),
-                # the fastest algorithm, whichever of its variants (tile, vector width)
-                "algorithm_picks": sum(p.algorithm == r.oracle_algorithm for r, p in picks),
-                "algorithm_share": (sum(p.algorithm == r.oracle_algorithm for r, p in picks)
-                                    / len(picks) if picks else None),
-                "model_layers": sum(p.source == "model" for _, p in picks),
-                "failed_picks": sum(p.regret is None for _, p in picks),
-                "tuned_layers": len(tuned),
-                "geomean_regret_tuned": geomean(p.regret for p in tuned),
-                "worst_regret": max((p.regret or math.inf for _, p in picks), default=None)}
-        return out
+        return {policy: summarize([(r, r.picks[policy]) for r in rows if policy in r.picks])
+                for policy in self.policies}
 
     def worst(self, policy: str = "acl", n: int = 5) -> list[LayerResult]:
         """The layers where ``policy``'s pick costs most, worst first (regret > 1 only)."""
@@ -162,7 +143,31 @@ class Report:
                                "rule": r.picks["acl"].rule, "reason": r.picks["acl"].reason}
                               for r in self.worst("acl")],
                 "layers": [r.to_dict() for r in self.layers], "left_out": self.left_out,
-                "crossval": self.crossval}
+                "crossval": self.crossval, "family_cv": self.family_cv}
+
+
+def summarize(picks: list[tuple[LayerResult, Pick]]) -> dict[str, Any]:
+    """One policy's figures over ``picks`` (layer, its pick): geometric-mean and mean
+    regret, worst, picks of the fastest label and algorithm, picks inside the noise."""
+    tuned = [p for _, p in picks if p.source == "tuning-db"]
+    return {
+        "layers": len(picks),
+        "geomean_regret": geomean(p.regret for _, p in picks),
+        # MIOpen's measure: the mean slowdown against the fastest
+        "mean_regret": mean(p.regret for _, p in picks),
+        "within_noise": sum(p.within_noise and p.label != r.oracle for r, p in picks),
+        "oracle_picks": sum(p.label == r.oracle for r, p in picks),
+        "fastest_share": (sum(p.label == r.oracle for r, p in picks) / len(picks)
+                          if picks else None),
+        # the fastest algorithm, whichever of its variants (tile, vector width)
+        "algorithm_picks": sum(p.algorithm == r.oracle_algorithm for r, p in picks),
+        "algorithm_share": (sum(p.algorithm == r.oracle_algorithm for r, p in picks)
+                            / len(picks) if picks else None),
+        "model_layers": sum(p.source == "model" for _, p in picks),
+        "failed_picks": sum(p.regret is None for _, p in picks),
+        "tuned_layers": len(tuned),
+        "geomean_regret_tuned": geomean(p.regret for p in tuned),
+        "worst_regret": max((p.regret or math.inf for _, p in picks), default=None)}
 
 
 def mean(values: Iterable[float | None]) -> float | None:

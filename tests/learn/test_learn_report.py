@@ -115,3 +115,39 @@ def test_judging_by_the_fastest_run_swaps_the_statistic_only():
     assert by_min.timings["c"] == timings["c"]
     with pytest.raises(ValueError, match="judge"):
         judged(m, "mean")
+
+
+def test_each_family_is_judged_by_a_model_that_never_saw_any_of_it(tmp_path):
+    """Leave-one-family-out: the strided and large-kernel shapes are held out in turn (from
+    the sampled training shapes too), and the model's picks sit beside ACL's on them."""
+    from convsel.evaluation.crossval import leave_one_family_out
+    from convsel.evaluation.families import FAMILIES
+    from convsel.evaluation.render import table
+
+    ident = device_identity("numpy")
+    strided = [ConvProblem(1, h, h, c, 64, 3, 3, stride=2, pad=1) for h in (16, 30)
+               for c in (24, 96, 160)]
+    large = [ConvProblem(1, h, h, c, 32, 5, 5, pad=2) for h in (12, 20) for c in (16, 80)]
+    extra = [ConvProblem(1, 12, 12, c, 48, 5, 5, stride=2, pad=2) for c in (32, 128)]
+    train, fresh = TuningDB(tmp_path / "train.sqlite"), TuningDB(tmp_path / "fresh.sqlite")
+    train.record_many([entry_for(p, ident) for p in [*training_problems(), *extra]])
+    layers = [Layer("s", f"s{i}", p) for i, p in enumerate(strided)] + [
+        Layer("l", f"l{i}", p) for i, p in enumerate(large)]
+    fresh.record_many([entry_for(x.problem, ident) for x in layers])
+    report = report_from_db(layers, fresh, backend="numpy", device=ident)
+    folds = leave_one_family_out(report, train.entries(), families=["roofline"])
+    assert set(folds) == {"strided", "large-kernel"}
+    # every training shape of the family is left out, the held-out extra ones included
+    assert folds["strided"]["excluded_training_entries"] == len(extra)
+    assert folds["large-kernel"]["excluded_training_entries"] == len(extra)
+    assert folds["strided"]["acl"]["layers"] == folds["strided"]["predicted"]["layers"] == 6
+    assert folds["large-kernel"]["predicted"]["layers"] == 4
+    assert [r["layer"][:2] for r in folds["strided"]["layers"]] == ["s/"] * 6
+    assert all(FAMILIES["strided"][1](p) for p in strided + extra)
+    for fold in folds.values():
+        assert set(fold["targets"]) >= {"regret_at_most_1.03", "not_worse_than_acl",
+                                        "no_blunder_above_1.5x"}
+        assert fold["acl"]["mean_regret"] >= fold["acl"]["geomean_regret"]
+    text = table(report)
+    assert "leave-one-family-out" in text and "strided" in text and "MISSED" in text
+    assert json.loads(json.dumps(report.to_dict()))["family_cv"]["strided"]["layers"]
