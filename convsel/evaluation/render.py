@@ -99,8 +99,8 @@ def family_table(folds: dict[str, Any]) -> str:
     without it (geomean, MIOpen's mean, worst, picks of the fastest), where the model's picks
     came from, and issue 22's targets (regret <= 1.03, not worse than ACL, no layer above
     1.5x unless ACL's is too)."""
-    lines = ["leave-one-family-out: per family, a model fitted without any shape of it, "
-             "judged on its layers",
+    lines = [("leave-one-family-out: per family, a model fitted without any shape of it, "
+              "judged on its layers"),
              (f"  {'family':<13} {'layers':>6} {'policy':<10} {'regret':>7} {'mean':>7} "
               f"{'worst':>7} {'fastest':>8}  model / answers from / targets")]
     for name, fold in folds.items():
