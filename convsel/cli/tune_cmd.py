@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     todo, done = _split(layers, db, args, device)
     if done:
         print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
-              "them again; noisy entries are timed again anyway)")
+              "them again; noisy ties are timed again anyway)")
     if args.budget is not None and not args.budget > 0:
         raise ValueError("--budget must be > 0 seconds")
     narrow = _shortlister(args, db, device)
@@ -281,8 +281,9 @@ def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,
     done = []
     for x in layers:
         entry = db.lookup(x.problem, args.backend, ident)
-        # a noisy entry, or one timed with other threads, is timed again
-        if entry is not None and not entry.noise and (
+        # a tie that may be the noise's doing, or an entry timed with other threads, is
+        # timed again
+        if entry is not None and not (entry.noise and not entry.confident) and (
                 args.backend != "numpy" or not threads.differs(entry.threads, counts)):
             done.append(x)
     return [x for x in layers if x not in done], done

@@ -96,22 +96,32 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
         model = StoredModel(result.family, result.model, result.meta, 0.0)
         acl: list[tuple[LayerResult, Pick]] = []
         predicted: list[tuple[LayerResult, Pick]] = []
+        always: list[tuple[LayerResult, Pick]] = []     # the same model, never abstaining
+        abstained = []
         for r in rows:
             rules_sel = select(r.layer.problem, resolved, rules=loaded)
             sel = select_predicted(r.layer.problem, resolved, loaded, rules_sel,
                                    backend=report.backend, model=model)
+            bold = select_predicted(r.layer.problem, resolved, loaded, rules_sel,
+                                    backend=report.backend, model=model, abstain=False)
             acl.append((r, pick_of(rules_sel, r.measurement)))
             predicted.append((r, pick_of(sel, r.measurement)))
+            always.append((r, pick_of(bold, r.measurement)))
+            if sel.trace[-1].id == "predicted.outside":
+                abstained.append(r.layer.label)
         out[name] = {"description": description, "model_id": result.meta["id"],
                      "family": result.family, "accepted": result.meta["accepted"],
                      "verdict": result.meta["verdict"],
                      "training_problems": result.meta["training_problems"],
                      "excluded_training_entries": len(training) - len(train),
                      "acl": summarize(acl), "predicted": summarize(predicted),
+                     "predicted_never_abstaining": summarize(always),
                      "sources": _count(p.source for _, p in predicted),
+                     "abstained": len(abstained),
                      "targets": _targets(acl, predicted),
-                     "layers": [_row(r, a, p) for (r, a), (_, p) in zip(acl, predicted,
-                                                                         strict=True)]}
+                     "targets_never_abstaining": _targets(acl, always),
+                     "layers": [_row(r, a, p, b) for (r, a), (_, p), (_, b)
+                                in zip(acl, predicted, always, strict=True)]}
     report.family_cv = out
     return out
 
@@ -138,8 +148,9 @@ def _targets(acl: list[tuple[LayerResult, Pick]],
             "no_blunder_above_1.5x": not blunders, "blunders": blunders}
 
 
-def _row(r: LayerResult, acl: Pick, predicted: Pick) -> dict[str, Any]:
+def _row(r: LayerResult, acl: Pick, predicted: Pick, always: Pick) -> dict[str, Any]:
     return {"layer": r.layer.label, "shape": str(r.layer.problem), "oracle": r.oracle,
             "acl": acl.label, "acl_regret": acl.regret, "predicted": predicted.label,
             "predicted_regret": predicted.regret, "source": predicted.source,
-            "within_noise": predicted.within_noise, "reason": predicted.reason}
+            "within_noise": predicted.within_noise, "reason": predicted.reason,
+            "never_abstaining": always.label, "never_abstaining_regret": always.regret}

@@ -94,6 +94,9 @@ def table(report: Report, worst: int = 5) -> str:
     return "\n".join(lines)
 
 
+_POLICY_NAMES = {"acl": "acl", "predicted": "predicted", "predicted_never_abstaining": "no-abstain"}
+
+
 def family_table(folds: dict[str, Any]) -> str:
     """Leave-one-family-out: per held-out family, ACL's rules against the model fitted
     without it (geomean, MIOpen's mean, worst, picks of the fastest), where the model's picks
@@ -107,7 +110,7 @@ def family_table(folds: dict[str, Any]) -> str:
         if "error" in fold:
             lines.append(f"  {name:<13} {fold['error']}")
             continue
-        for policy in ("acl", "predicted"):
+        for policy in ("acl", "predicted", "predicted_never_abstaining"):
             s = fold[policy]
             share = f"{s['fastest_share']:.0%}" if s["fastest_share"] is not None else "-"
             tail = ""
@@ -119,10 +122,12 @@ def family_table(folds: dict[str, Any]) -> str:
                                       "no_blunder_above_1.5x") if not t[k]]
                 sources = ", ".join(f"{k} {v}" for k, v in sorted(fold["sources"].items()))
                 state = "accepted" if fold["accepted"] else "REJECTED"
-                tail = (f"  {fold['model_id']} {fold['family']} {state}; {sources}; "
-                        f"met: {', '.join(met) or '-'}; MISSED: {', '.join(missed) or '-'}")
+                tail = (f"  {fold['model_id']} {fold['family']} {state}; {sources}, "
+                        f"{fold['abstained']} abstained; met: {', '.join(met) or '-'}; "
+                        f"MISSED: {', '.join(missed) or '-'}")
             lines.append(f"  {name if policy == 'acl' else '':<13} "
-                         f"{s['layers'] if policy == 'acl' else '':>6} {policy:<10} "
+                         f"{s['layers'] if policy == 'acl' else '':>6} "
+                         f"{_POLICY_NAMES[policy]:<10} "
                          f"{_x(s['geomean_regret'], '-'):>7} {_x(s['mean_regret'], '-'):>7} "
                          f"{_x(s['worst_regret'], '-'):>7} {share:>8}{tail}")
     return "\n".join(lines)

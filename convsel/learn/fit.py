@@ -38,6 +38,7 @@ from ..errors import ConvselError, InvalidProblemError
 from ..problem import ConvProblem
 from ..rules import Rules, as_rules
 from ..tuning.entry import IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
+from .domain import describe
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
 from .models import FAMILIES, Model, available_families
 
@@ -282,6 +283,7 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
     meta = {"id": model_id(best, stored), "family": best, "training_problems":
             len(data.distinct), "training_rows": int(len(data.y)), "dtypes": data.dtypes,
             "accepted": bool(judged["accepted"]), "verdict": judged["why"],
+            "domain": describe(data.distinct).to_dict(),
             "rules": {"target": target, **regret_summary(baseline)},
             "noisy_entries_left_out": data.noisy,
             "algorithms": sorted({v.split(":", 1)[0] for v in data.variants}),

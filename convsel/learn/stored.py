@@ -11,10 +11,12 @@ import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from . import domain as domains
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
 from .models import FAMILIES, Model, ModelError
 
@@ -64,6 +66,18 @@ class StoredModel:
     @property
     def training_problems(self) -> int:
         return int(self.meta.get("training_problems", 0))
+
+    @cached_property
+    def domain(self) -> domains.Domain | None:
+        """The shapes it was trained on (None for a model stored without them)."""
+        return domains.Domain.from_dict(dict(self.meta.get("domain") or {}))
+
+    def inside(self, problem: Any) -> domains.Verdict:
+        """Whether ``problem`` is inside what the model was trained on (see
+        :mod:`convsel.learn.domain`); a model stored without its domain is taken as is."""
+        if self.domain is None:
+            return domains.Verdict(True, "", "")
+        return domains.check(self.domain, problem)
 
     @property
     def accepted(self) -> bool:

@@ -49,7 +49,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
     "acl": (),
     "measured": ("backend", "device", "db", "tune", "tune_budget_s"),
-    "predicted": ("backend", "device", "db"),
+    "predicted": ("backend", "device", "db", "abstain"),
 }
 
 

@@ -221,9 +221,12 @@ def trust_notes(entry: TuningEntry) -> str:
     """What to keep in mind about ``entry``'s answer: its timings' noise (then it is a tie,
     not a confident winner) and threads other than this process's ("" when neither)."""
     notes = []
-    if entry.noise:
+    if entry.noise and not entry.confident:
         notes.append("not confident, its timings are noisy: " + "; ".join(entry.noise)
                      + " (`convsel db verify` times it again)")
+    elif entry.noise:
+        notes.append("timed with noise (" + "; ".join(entry.noise) + "), but the winner beat "
+                     "the others beyond what that noise can do")
     other = threads.differs(entry.threads, threads.current()) if entry.backend == "numpy" \
         else ""
     if other:

@@ -40,6 +40,7 @@ class PredictedPolicy:
     db: TuningDB | str | os.PathLike[str] | None = None
     model: StoredModel | None = None
     name: str = "predicted"
+    abstain: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in backends.BACKENDS:
@@ -49,7 +50,8 @@ class PredictedPolicy:
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
         acl = select(problem, target, rules=rules)
         return select_predicted(problem, target, rules, acl, backend=self.backend,
-                                device=self.device, db=self.db, model=self.model)
+                                device=self.device, db=self.db, model=self.model,
+                                abstain=self.abstain)
 
 
 def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None, str]:
@@ -78,11 +80,14 @@ _RULES_ANSWER = "; answered from ACL's rules"
 
 def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Selection, *,
                      backend: str = "numpy", device: Any = None, db: Any = None,
-                     model: StoredModel | None = None, policy: str = "predicted") -> Selection:
+                     model: StoredModel | None = None, policy: str = "predicted",
+                     abstain: bool = True) -> Selection:
     """The model's answer for ``problem``, or ACL's (``acl``) with the reason in the trace.
 
     ``source`` is "model" with ``measurement`` holding the model's identity and the ranking,
-    or "rules" when no usable model answers.
+    or "rules" when no usable model answers. With ``abstain`` (the default) a problem outside
+    what the model was trained on (:meth:`StoredModel.inside`) is answered by the rules, and
+    the trace says which size was out of range or how far the nearest trained shape was.
     """
     why = ""
     if model is None:
@@ -97,6 +102,12 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
         return rules_answer(acl, policy, "predicted.other-dtype",
                             f"model {model.id} was fitted on {', '.join(dtypes)} timings, not "
                             f"{problem.dtype}")
+    if abstain:
+        verdict = model.inside(problem)
+        if not verdict.inside:
+            return rules_answer(acl, policy, "predicted.outside",
+                                f"model {model.id} abstains: this shape is outside what it was "
+                                f"trained on ({verdict.rule}: {verdict.reason})")
     found, _ = candidates(problem, backend, rules)
     try:
         ranking = model.rank(problem, [(c.label, c.algorithm, c.params) for c in found])
@@ -121,8 +132,9 @@ def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
         raise InvalidProblemError("top", top, "must be an integer >= 1 (how many of the "
                                   "model's best-predicted candidates to time)")
     acl = select(problem, target, rules=rules)
+    # no abstaining here: the shortlist is timed, ACL's pick with it, which is the hedge
     sel = select_predicted(problem, target, rules, acl, backend=backend, device=device, db=db,
-                           model=model)
+                           model=model, abstain=False)
     if sel.source != "model" or sel.measurement is None:
         # the trace says what the policy would then answer; here nothing is answered yet
         return None, sel.trace[-1].reason.removesuffix(_RULES_ANSWER)

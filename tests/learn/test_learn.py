@@ -372,3 +372,40 @@ def test_the_sample_covers_the_documented_broad_space():
     assert any(p.h <= 7 and p.c >= 1024 for p in shapes)                  # tiny maps, wide
     assert any(p.h >= 96 and p.c <= 16 for p in shapes)                   # large maps, narrow
     assert max(p.n for p in shapes) >= 16 and min(p.n for p in shapes) == 1
+
+
+def test_a_shape_far_outside_the_training_data_abstains_and_says_so(tmp_path, ident):
+    """Trained on 3x3 layers of 16 channels or more: a 1-channel 11x11 layer is outside what
+    the model has seen, so the rules answer and the trace names the sizes out of range; a
+    shape among the trained ones is still the model's."""
+    database = TuningDB(tmp_path / "wide.sqlite")
+    database.record_many([entry_for(p, ident, overhead_seconds) for p in training_problems()
+                          if p.c >= 16])
+    assert fit_and_save(database, ident, ["roofline"])["accepted"]
+    far = ConvProblem(1, 32, 32, 1, 16, 11, 11, pad=5)
+    sel = choose(far, policy="predicted", db=database)
+    assert (sel.source, sel.trace[-1].id) == ("rules", "predicted.outside")
+    reason = sel.trace[-1].reason
+    assert "abstains" in reason and "outside what it was trained on" in reason
+    assert "channels_in 1 below the smallest trained (16)" in reason
+    assert "kernel 11 above the largest trained (3)" in reason
+    assert sel.algorithm == choose(far).algorithm
+    near = choose(ConvProblem(1, 20, 20, 48, 64, 3, 3, pad=1), policy="predicted", db=database)
+    assert near.source == "model"
+    bold = choose(far, policy="predicted", db=database, abstain=False)
+    assert bold.source == "model"      # told not to abstain, it extrapolates
+
+
+def test_the_distance_rule_catches_a_combination_no_trained_shape_resembles():
+    from convsel.learn.domain import check, describe
+
+    # every size in range, but trained shapes pair few channels with large maps only
+    trained = [ConvProblem(1, h, h, c, c, 3, 3, pad=1)
+               for h, c in [(56, 16), (64, 16), (48, 24), (7, 512), (8, 512), (6, 256)]
+               for _ in (0,)] + [ConvProblem(1, 56, 56, 32, 32, 3, 3, pad=1),
+                                 ConvProblem(1, 7, 7, 384, 384, 3, 3, pad=1)]
+    domain = describe(trained)
+    assert check(domain, ConvProblem(1, 56, 56, 24, 24, 3, 3, pad=1)).inside
+    odd = ConvProblem(1, 56, 56, 512, 512, 3, 3, pad=1)
+    far = check(domain, odd, rules=("distance",))
+    assert not far.inside and far.rule == "distance" and "nearest trained shape" in far.reason
