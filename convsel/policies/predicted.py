@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..problem import ConvProblem
 from ..rules import Rules
 from ..selection import Selection, select
 from ..targets import Target
+from ..tuning import cache
 from ..tuning.db import TuningDB, open_db
 from ..tuning.measure import Shortlist, candidates
 from ..verdict import TraceStep
@@ -48,22 +50,35 @@ class PredictedPolicy:
                                       f"unknown backend; known: {', '.join(backends.BACKENDS)}")
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
-        acl = select(problem, target, rules=rules)
-        return select_predicted(problem, target, rules, acl, backend=self.backend,
-                                device=self.device, db=self.db, model=self.model,
-                                abstain=self.abstain)
+        def answer() -> Selection:
+            acl = select(problem, target, rules=rules)
+            return select_predicted(problem, target, rules, acl, backend=self.backend,
+                                    device=self.device, db=self.db, model=self.model,
+                                    abstain=self.abstain)
+        if self.model is not None:
+            return answer()
+        return remembered(self.db, ("predicted", self, problem, target, rules), answer)
 
 
 def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None, str]:
-    """The model for ``backend``/``device`` in ``db``, or None with why not."""
+    """The model for ``backend``/``device`` in ``db``, or None with why not: read and
+    checked once per process, again only when the database changed
+    (:mod:`convsel.tuning.cache`)."""
     from .measured import _identity  # one cached device identity for both policies
 
     try:
         ident = _identity(backend, device)
         database = open_db(db)
-        record = database.load_model(model_key(backend, ident))
+        key = model_key(backend, ident)
+        return cache.cached(database, ("model", *sorted(key.items())),
+                            lambda: _read_model(database, key, backend, ident))
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
         return None, f"tuning database unavailable ({exc})"
+
+
+def _read_model(database: TuningDB, key: dict[str, str], backend: str,
+                ident: dict[str, str]) -> tuple[StoredModel | None, str]:
+    record = database.load_model(key)
     where = f"{backend} on {ident['name']} ({ident['driver']})"
     if record is None:
         return None, (f"no model for {where} in {database.path} (fitted by this convsel and "
@@ -73,6 +88,18 @@ def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None,
         return decode(record), ""
     except ModelError as exc:
         return None, f"the model for {where} cannot be used: {exc}"
+
+
+def remembered(db: Any, key: tuple[Any, ...], answer: Callable[[], Selection]) -> Selection:
+    """``answer()`` for ``key``, kept per process until the database ``db`` changes (a
+    repeated problem costs a dictionary lookup); computed afresh where the key cannot be
+    hashed (a device handle) or the database cannot be opened (the answer says why)."""
+    try:
+        database = open_db(db)
+        hash(key)
+    except (TuningDatabaseError, ConvselError, OSError, TypeError):
+        return answer()
+    return cache.cached(database, ("answer", *key), answer)
 
 
 _RULES_ANSWER = "; answered from ACL's rules"
