@@ -48,7 +48,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 # the options each policy takes (the service and CLI pass only these)
 POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
     "acl": (),
-    "measured": ("backend", "device", "db", "tune", "tune_budget_s"),
+    "measured": ("backend", "device", "db", "tune", "tune_budget_s", "verify"),
     "predicted": ("backend", "device", "db", "abstain"),
 }
 

@@ -38,7 +38,10 @@ class MeasuredPolicy:
 
     ``db`` defaults to ``$CONVSEL_TUNING_DB`` or the user's data directory; ``tune=True``
     (or ``"auto"``) times an unseen problem now and records it, spending at most about
-    ``tune_budget_s`` seconds (None: no limit).
+    ``tune_budget_s`` seconds (None: no limit). ``verify=True`` is MIOpen's trust-but-verify:
+    the first time this process answers from an entry, its answer is raced against its
+    runner-up again (:mod:`convsel.tuning.verify`) and the entry confirmed, corrected or
+    flagged before it is used.
     """
 
     backend: str = "numpy"
@@ -46,6 +49,7 @@ class MeasuredPolicy:
     db: TuningDB | str | os.PathLike[str] | None = None
     tune: bool | str = False
     tune_budget_s: float | None = None
+    verify: bool = False
     name: str = "measured"
 
     def __post_init__(self) -> None:
@@ -69,7 +73,7 @@ class MeasuredPolicy:
                                    select(problem, target, rules=rules), backend=self.backend,
                                    device=self.device, db=self.db,
                                    tune=self.tune in (True, "auto"),
-                                   tune_budget_s=self.tune_budget_s)
+                                   tune_budget_s=self.tune_budget_s, verify=self.verify)
         # the answer names threads other than the timing's: a change of threads is a new key
         now = tuple(threads.current().items()) if self.backend == "numpy" else ()
         return remembered(self.db, ("measured", self, problem, target, rules, now), answer)
@@ -78,7 +82,8 @@ class MeasuredPolicy:
 def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: Selection, *,
                     backend: str = "numpy", device: Any = None,
                     db: TuningDB | str | os.PathLike[str] | None = None,
-                    tune: bool = False, tune_budget_s: float | None = None) -> Selection:
+                    tune: bool = False, tune_budget_s: float | None = None,
+                    verify: bool = False) -> Selection:
     """The tuned answer for ``problem`` on ``backend``/``device``, or ACL's with the reason.
 
     Parameters
@@ -100,6 +105,9 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
         budget cut short is used by this process but not recorded).
     tune_budget_s : float, optional
         About how long that timing may take.
+    verify : bool
+        Time the entry's answer against its runner-up once per process before using it, and
+        store what that found (:func:`convsel.tuning.verify.verify_entry`).
 
     Returns
     -------
@@ -125,7 +133,33 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
         return _from_model(problem, target, rules, acl_selection, backend, device, database,
                            f"the tuning database ({database.path}) holds no entry for this "
                            f"problem on {where}")
-    return from_entry(entry, acl_selection, target, str(database.path))
+    verified = _verified(entry, device, rules, database) if verify else None
+    sel = from_entry(verified.entry if verified and verified.entry else entry, acl_selection,
+                     target, str(database.path))
+    if verified is None:
+        return sel
+    return dataclasses.replace(sel, trace=(*sel.trace, TraceStep(
+        "measured.verified", verified.status == "confirmed",
+        f"verified on first use: {verified.status}: {verified.reason}")))
+
+
+# What verify=True found per entry, once per process.
+_VERIFIED: dict[tuple[Any, ...], Any] = {}
+
+
+def _verified(entry: TuningEntry, device: Any, rules: Rules, database: TuningDB) -> Any:
+    from ..tuning.verify import verify_entry   # times candidates: only when asked to
+
+    key = (entry.problem, entry.backend, tuple(sorted(entry.device.items())))
+    if key not in _VERIFIED:
+        result = verify_entry(entry, device=device, rules=rules)
+        if result.entry is not None:
+            try:
+                database.record(result.entry)
+            except TuningDatabaseError:
+                pass   # read-only: this process still answers from what it found
+        _VERIFIED[key] = result
+    return _VERIFIED[key]
 
 
 def _entries(database: TuningDB, backend: str,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from convsel import ConvProblem, choose
+from convsel import ConvProblem, choose, threads
 from convsel.cli import main
 from convsel.policies import measured as policy
 from convsel.tuning.db import TuningDB, TuningEntry
@@ -74,3 +74,18 @@ def test_the_cli_corrects_and_says_so(tmp_path, capsys):
     assert "corrected" in out and "winograd:4x4 beat the stored answer fft" in out
     assert "1 corrected" in out
     assert db.lookup(P, "numpy", device_identity("numpy")).winner == "winograd:4x4"
+
+
+def test_verify_on_use_corrects_the_entry_before_answering(tmp_path):
+    """The measured policy's trust-but-verify option: the first answer from an entry times
+    it against its runner-up, stores the correction, and says so in the trace."""
+    db = TuningDB(tmp_path / "t.sqlite")
+    db.record(planted("fft", "winograd:4x4"))
+    policy._VERIFIED.clear()
+    with threads.limited(1):   # the process's own threads, as a user would set them
+        sel = choose(P, "cpu", policy="measured", db=db, verify=True)
+    assert sel.trace[-1].id == "measured.verified" and "corrected" in sel.trace[-1].reason
+    assert (sel.source, sel.algorithm) == ("tuning-db", "winograd")
+    assert db.lookup(P, "numpy", device_identity("numpy")).winner == "winograd:4x4"
+    again = choose(P, "cpu", policy="measured", db=db, verify=True)   # once per process
+    assert again.algorithm == "winograd" and policy._VERIFIED
