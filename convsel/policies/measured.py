@@ -148,7 +148,7 @@ _VERIFIED: dict[tuple[Any, ...], Any] = {}
 
 
 def _verified(entry: TuningEntry, device: Any, rules: Rules, database: TuningDB) -> Any:
-    from ..tuning.verify import verify_entry   # times candidates: only when asked to
+    from ..tuning.verify import verify_entry  # times candidates: only when asked to
 
     key = (entry.problem, entry.backend, tuple(sorted(entry.device.items())))
     if key not in _VERIFIED:
