@@ -3,7 +3,8 @@
 # (2 pinned cores, numpy) at the same time, on disjoint cores, the training run (a broad
 # `tune --sample`, then the nets) and a separate, later fresh run (the nets again, and a
 # sample of another seed) to judge on; then `fit` and `report --cv` (leave-one-net-out and
-# leave-one-family-out) for each, as far as the time left allows.
+# leave-one-family-out) for each, as far as the time left allows; and on two more quiet
+# cores meanwhile, benchmarks/selection.py (µs per choose() per policy).
 #
 #   bash benchmarks/trust.sh OUTDIR SCALE
 #
@@ -74,6 +75,9 @@ gpu_nets="$cpu_nets srgan_x4 esrgan_x4 unet"
 # the GPU's host side on cores 8-15, the CPU run alone on cores 4 and 5 (no pinning on a
 # machine with fewer than 16 cores: a smoke test)
 pin() { if [ "$(nproc)" -ge 16 ]; then echo taskset -c "$1"; else echo env; fi; }
+# choose() µs per policy on quiet cores while the devices are timed (benchmarks/selection.py)
+# shellcheck disable=SC2046
+$(pin 0-1) python3 "$here/selection.py" --out "$out/selection.json" >"$out/selection.txt" 2>&1 &
 read -r -a prefix <<< "$(pin 8-15)"
 device "$out/h100" opencl G77 "$gpu_nets" 800 400 --min-time 0.002 --repeats 5 &
 gpu=$!
