@@ -6,11 +6,13 @@
 # leave-one-family-out) for each, as far as the time left allows; and on two more quiet
 # cores meanwhile, benchmarks/selection.py (µs per choose() per policy).
 #
-#   bash benchmarks/trust.sh OUTDIR SCALE
+#   [ONLY=h100|cpu2] [JUDGE=0] bash benchmarks/trust.sh OUTDIR SCALE
 #
 # SCALE multiplies every step's time budget (1 = the full run, about 530 s; 0.05 = a smoke
 # test). OUTDIR/{h100,cpu2} get train.json.gz and fresh.json.gz (`convsel db export`), one log
-# per step, fit.txt and report/ (report.json, report.txt). Judge again elsewhere with
+# per step, fit.txt and report/ (report.json, report.txt), each folder also packed as
+# OUTDIR/{h100,cpu2}.tgz (a device call brings back at most 8 files). ONLY runs one device;
+# JUDGE=0 leaves fit and report to be run elsewhere. Judge again elsewhere with
 # `convsel db --db X.sqlite import X.json` and `convsel report --cv --fresh-db ...` (NOTES).
 set -u
 out=$1 scale=$2
@@ -77,20 +79,35 @@ gpu_nets="$cpu_nets srgan_x4 esrgan_x4 unet"
 pin() { if [ "$(nproc)" -ge 16 ]; then echo taskset -c "$1"; else echo env; fi; }
 # choose() µs per policy on quiet cores while the devices are timed (benchmarks/selection.py)
 # shellcheck disable=SC2046
-$(pin 0-1) python3 "$here/selection.py" --out "$out/selection.json" >"$out/selection.txt" 2>&1 &
-read -r -a prefix <<< "$(pin 8-15)"
-device "$out/h100" opencl G77 "$gpu_nets" 800 400 --min-time 0.002 --repeats 5 &
-gpu=$!
-read -r -a prefix <<< "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 \
+only=${ONLY:-}
+if [ -z "$only" ]; then
+    $(pin 0-1) python3 "$here/selection.py" --out "$out/selection.json" \
+        >"$out/selection.txt" 2>&1 &
+fi
+if [ "$only" != cpu2 ]; then
+    read -r -a prefix <<< "$(pin 8-15)"
+    device "$out/h100" opencl G77 "$gpu_nets" 800 400 --min-time 0.002 --repeats 5 &
+fi
+if [ "$only" != h100 ]; then
+    read -r -a prefix <<< "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 \
 OPENBLAS_NUM_THREADS=2 $(pin 4,5)"
-device "$out/cpu2" numpy cpu "$cpu_nets" 600 300 --min-time 0.02 --repeats 5 &
-cpu=$!
-wait "$gpu" "$cpu"
-left=$(python3 -c "print(max(20, round(($(secs 540) - $SECONDS) )))")
-read -r -a prefix <<< "$(pin 0-3)"
-judge "$out/h100" opencl G77 "$gpu_nets" 400 "$left" &
-read -r -a prefix <<< "$(pin 8-11)"
-judge "$out/cpu2" numpy cpu "$cpu_nets" 300 "$left" &
+    device "$out/cpu2" numpy cpu "$cpu_nets" 600 300 --min-time 0.02 --repeats 5 &
+fi
 wait
+left=$(python3 -c "print(max(20, round(($(secs 540) - $SECONDS) )))")
+if [ "${JUDGE:-1}" != 0 ]; then
+    if [ "$only" != cpu2 ]; then
+        read -r -a prefix <<< "$(pin 0-3)"
+        judge "$out/h100" opencl G77 "$gpu_nets" 400 "$left" &
+    fi
+    if [ "$only" != h100 ]; then
+        read -r -a prefix <<< "$(pin 8-11)"
+        judge "$out/cpu2" numpy cpu "$cpu_nets" 300 "$left" &
+    fi
+    wait
+fi
 rm -f "$out"/*/*.sqlite   # the exports hold every entry
+for dev in h100 cpu2; do
+    [ -d "$out/$dev" ] && tar czf "$out/$dev.tgz" -C "$out" "$dev" && rm -rf "${out:?}/$dev"
+done
 echo "all done at $SECONDS s"

@@ -10,6 +10,10 @@ time by the fastest measured time; a pick tied with the fastest within the entry
 counts 1.0), not by prediction error: what matters is the ranking within a problem.
 
 ACL's rules are scored on the same problems (their pick's measured time over the fastest).
+The kept family is also asked how it extrapolates (:func:`extrapolation`): for each shape
+family (grouped, depthwise, few-channel, large-kernel, strided), fitted without it, does it
+still do at least as well as the rules on it? The predicted policy answers a shape outside
+the model's training data only where that held (see :mod:`convsel.learn.domain`).
 A family must earn its place (:func:`verdict`): a lower geometric-mean regret than the rules
 by more than the noise of that difference (two standard errors of the per-problem log-regret
 differences), and a worst case no worse than theirs. The best family that does is refitted on
@@ -38,7 +42,7 @@ from ..errors import ConvselError, InvalidProblemError
 from ..problem import ConvProblem
 from ..rules import Rules, as_rules
 from ..tuning.entry import IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
-from .domain import describe
+from .domain import SHAPE_FAMILIES, describe
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
 from .models import FAMILIES, Model, available_families
 
@@ -233,6 +237,36 @@ def cross_validate(family: str, data: Dataset, folds: int = FOLDS,
     return out
 
 
+# A shape family with fewer training shapes than this is not measured for extrapolation.
+MIN_FAMILY_SHAPES = 5
+
+
+def extrapolation(family: str, data: Dataset,
+                  baseline: Mapping[ConvProblem, Pick]) -> dict[str, Any]:
+    """Per shape family with enough training shapes: ``family`` fitted without any shape of
+    it, judged on them against ACL's ``baseline``; ``trusted`` when its geometric-mean regret
+    and its worst case are no worse than the rules' (extrapolating to such shapes does no
+    harm on this device)."""
+    out: dict[str, Any] = {}
+    for name, (_, member) in SHAPE_FAMILIES.items():
+        held = np.array([member(p) for p in data.problems])
+        test = data.subset(held)
+        train = data.subset(~held)
+        if len(test.distinct) < MIN_FAMILY_SHAPES or len(train.distinct) < MIN_PROBLEMS:
+            continue
+        model = FAMILIES[family].fit(train.x, train.y, train.variants)
+        chosen = picks(model, test)
+        both = [p for p in chosen if p in baseline]
+        if len(both) < MIN_FAMILY_SHAPES:
+            continue
+        mine = regret_summary({p: chosen[p] for p in both})
+        theirs = regret_summary({p: baseline[p] for p in both})
+        out[name] = {"shapes": len(both), "model": mine, "rules": theirs,
+                     "trusted": bool(mine["geomean_regret"] <= theirs["geomean_regret"]
+                                     and mine["worst"] <= theirs["worst"])}
+    return out
+
+
 def model_id(family: str, data: Mapping[str, Any]) -> str:
     text = json.dumps({"family": family, "model": data}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -278,12 +312,13 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
                                      scores[f]["geomean_regret"] or math.inf,
                                      -(scores[f]["fastest_share"] or 0.0), f))
     judged = scores[best]["verdict"]
+    extrapolates = extrapolation(best, data, baseline) if judged["accepted"] else {}
     model = FAMILIES[best].fit(data.x, data.y, data.variants)
     stored = model.to_data()
     meta = {"id": model_id(best, stored), "family": best, "training_problems":
             len(data.distinct), "training_rows": int(len(data.y)), "dtypes": data.dtypes,
             "accepted": bool(judged["accepted"]), "verdict": judged["why"],
-            "domain": describe(data.distinct).to_dict(),
+            "domain": describe(data.distinct).to_dict(), "extrapolation": extrapolates,
             "rules": {"target": target, **regret_summary(baseline)},
             "noisy_entries_left_out": data.noisy,
             "algorithms": sorted({v.split(":", 1)[0] for v in data.variants}),

@@ -48,6 +48,11 @@ class Ranked:
                 "high_ms": _round(self.predicted_s * self.factor * 1e3)}
 
 
+def _g(summary: Mapping[str, Any]) -> str:
+    value = summary.get("geomean_regret")
+    return "?" if value is None else f"{value:.3f}"
+
+
 def _round(v: float) -> float | None:
     return float(f"{v:.4g}") if math.isfinite(v) else None
 
@@ -78,6 +83,28 @@ class StoredModel:
         if self.domain is None:
             return domains.Verdict(True, "", "")
         return domains.check(self.domain, problem)
+
+    def extrapolates(self, problem: Any) -> tuple[bool, str]:
+        """Whether to answer ``problem`` although it is outside the training data: where
+        ``convsel fit`` measured that this model, fitted without a family of shapes, still did
+        at least as well as ACL's rules on it. ``problem``'s own families decide (every one
+        must have been measured and passed); a shape of no measured family, or of a family
+        absent from the training data, needs every measured family to have passed."""
+        measured = dict(self.meta.get("extrapolation") or {})
+        if not measured:
+            return False, "fit measured no extrapolation for it"
+        mine = [f for f in domains.families_of(problem) if f in measured]
+        judged = mine if mine and len(mine) == len(domains.families_of(problem)) \
+            else list(measured)
+        failed = [f for f in judged if not measured[f]["trusted"]]
+        figures = ", ".join(f"{f} {_g(measured[f]['model'])} vs ACL's {_g(measured[f]['rules'])}"
+                            for f in (failed or judged))
+        scope = "its kind of shape" if judged is mine else "every kind of shape fit held out"
+        if failed:
+            return False, (f"fitted without them, this device's models did worse than ACL's "
+                           f"rules on {', '.join(failed)} ({figures})")
+        return True, (f"fitted without it, this device's models did at least as well as ACL's "
+                      f"rules on {scope} ({figures})")
 
     @property
     def accepted(self) -> bool:

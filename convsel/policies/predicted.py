@@ -129,12 +129,18 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
         return rules_answer(acl, policy, "predicted.other-dtype",
                             f"model {model.id} was fitted on {', '.join(dtypes)} timings, not "
                             f"{problem.dtype}")
+    outside: TraceStep | None = None
     if abstain:
         verdict = model.inside(problem)
         if not verdict.inside:
-            return rules_answer(acl, policy, "predicted.outside",
-                                f"model {model.id} abstains: this shape is outside what it was "
-                                f"trained on ({verdict.rule}: {verdict.reason})")
+            trusted, why = model.extrapolates(problem)
+            where = (f"this shape is outside what model {model.id} was trained on "
+                     f"({verdict.rule}: {verdict.reason})")
+            if not trusted:
+                return rules_answer(acl, policy, "predicted.outside",
+                                    f"model {model.id} abstains: {where}, and {why}")
+            outside = TraceStep("predicted.outside-trusted", False,
+                                f"{where}; it answers because {why}")
     found, _ = candidates(problem, backend, rules)
     try:
         ranking = model.rank(problem, [(c.label, c.algorithm, c.params) for c in found])
@@ -145,7 +151,10 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
         return rules_answer(acl, policy, "predicted.no-prediction",
                             f"model {model.id} predicts no candidate of this problem (its "
                             "training saw none of their algorithms)")
-    return _from_ranking(ranking, model, acl, target, policy)
+    sel = _from_ranking(ranking, model, acl, target, policy)
+    if outside is None:
+        return sel
+    return dataclasses.replace(sel, trace=(*sel.trace[:-1], outside, sel.trace[-1]))
 
 
 def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
