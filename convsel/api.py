@@ -13,16 +13,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from . import algorithms, backends, execute
+from . import algorithms, arguments, execute
 from .errors import InvalidProblemError, UnsupportedError
-from .layouts import WEIGHTS_LAYOUTS, nchw_to_nhwc, nhwc_to_nchw, ohwi_shape, weights_to_ohwi
-from .policies import POLICY_OPTIONS, choose
+from .layouts import nchw_to_nhwc, nhwc_to_nchw, ohwi_shape
+from .policies import POLICY_OPTIONS, decide, get_policy
 from .problem import ConvProblem
 from .rules import Rules, as_rules
 from .selection import Selection
 from .targets import resolve_target
-
-_NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16}
 
 
 @dataclass
@@ -105,9 +103,8 @@ def _check_input(p: ConvProblem, x: Any) -> np.ndarray:
     if x.shape != p.input_shape:
         raise InvalidProblemError("x", x.shape, f"expected shape {p.input_shape} "
                                   f"({p.layout}) for this problem")
-    if not np.issubdtype(x.dtype, np.floating):
-        raise InvalidProblemError("x", str(x.dtype), "must be a floating-point array")
-    return x.astype(_NUMPY_DTYPES[p.dtype], copy=False)
+    arguments.float_array("x", x, x.ndim)
+    return x.astype(arguments.NUMPY_DTYPES[p.dtype], copy=False)
 
 
 def _check_output(p: ConvProblem, out: Any) -> None:
@@ -116,35 +113,10 @@ def _check_output(p: ConvProblem, out: Any) -> None:
     if out.shape != p.output_shape:
         raise InvalidProblemError("out", out.shape, f"expected shape {p.output_shape} "
                                   f"({p.layout}) for this problem")
-    if out.dtype != _NUMPY_DTYPES[p.dtype]:
-        raise InvalidProblemError("out", str(out.dtype), f"must be "
-                                  f"{np.dtype(_NUMPY_DTYPES[p.dtype]).name} for this "
-                                  f"{p.dtype} problem")
-
-
-def _check_weights(p: ConvProblem, w: Any, layout: str, bias: Any) -> tuple[np.ndarray,
-                                                                           np.ndarray | None]:
-    if layout not in WEIGHTS_LAYOUTS:
-        raise InvalidProblemError("weights_layout", layout,
-                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
-    if not isinstance(w, np.ndarray) or w.ndim != 4:
-        raise InvalidProblemError("w", getattr(w, "shape", type(w).__name__),
-                                  "expected a 4-D numpy array")
-    if not np.issubdtype(w.dtype, np.floating):
-        raise InvalidProblemError("w", str(w.dtype), "must be a floating-point array")
-    if ohwi_shape(w.shape, layout) != p.weights_shape:
-        raise InvalidProblemError("w", w.shape, f"{layout} weights for this problem must hold "
-                                  f"K={p.k}, KH={p.kh}, KW={p.kw}, C/groups={p.c // p.groups}")
-    dtype = _NUMPY_DTYPES[p.dtype]
-    w_ohwi = weights_to_ohwi(w, layout).astype(dtype, copy=False)
-    if bias is None:
-        return w_ohwi, None
-    if not isinstance(bias, np.ndarray) or bias.shape != (p.k,):
-        raise InvalidProblemError("bias", getattr(bias, "shape", type(bias).__name__),
-                                  f"expected a 1-D array of K={p.k} values")
-    if not np.issubdtype(bias.dtype, np.floating):
-        raise InvalidProblemError("bias", str(bias.dtype), "must be a floating-point array")
-    return w_ohwi, np.ascontiguousarray(bias, dtype=dtype)
+    dtype = arguments.NUMPY_DTYPES[p.dtype]
+    if out.dtype != dtype:
+        raise InvalidProblemError("out", str(out.dtype), f"must be {np.dtype(dtype).name} for "
+                                  f"this {p.dtype} problem")
 
 
 def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None, *,
@@ -164,65 +136,46 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
 
     ``max_workspace_bytes`` runs the best algorithm whose workspace on ``backend`` fits (the
     policy's choice if it does; the selection's trace names what was excluded); a named
-    algorithm over the limit raises :class:`UnsupportedError`. With ``policy="measured"``,
-    ``tune="auto"`` times the candidates the first time a problem is seen on this device
-    (within about ``tune_budget_s`` seconds), records them in the tuning database (``db``)
-    and reuses them after, like ``torch.backends.cudnn.benchmark = True``.
+    algorithm over the limit raises :class:`~convsel.errors.WorkspaceLimitError` before
+    anything is built (weights included). With ``policy="measured"``, ``tune="auto"`` times
+    the candidates the first time a problem is seen on this device (within about
+    ``tune_budget_s`` seconds), records them in the tuning database (``db``) and reuses them
+    after, like ``torch.backends.cudnn.benchmark = True``. ``db``, ``tune`` and
+    ``tune_budget_s`` are the policy's options: a policy that does not take one refuses it.
     """
-    if not isinstance(problem, ConvProblem):
-        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
-    if problem.dtype not in _NUMPY_DTYPES:
-        raise UnsupportedError(f"dtype {problem.dtype} is selection-only: convsel runs F32 and "
-                               "F16 convolutions")
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-    if (tune or tune_budget_s is not None) and policy != "measured":
-        raise InvalidProblemError("tune", tune, "tuning on first use needs "
-                                  "policy=\"measured\" (it records and reads its timings)")
-    w_ohwi, b = _check_weights(problem, w, weights_layout, bias)
+    problem = arguments.runnable(arguments.problem(problem))
+    algorithm = arguments.algorithm(algorithm)
+    backend = arguments.backend(backend)
+    max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
+    layout = arguments.weights_layout(weights_layout)
+    w_ohwi, b = arguments.weights(problem, w, layout), arguments.bias(problem, bias)
+    asked = arguments.algorithm_params(params, tile)
+    chosen = get_policy(policy, **_policy_options(policy, backend=backend, device=device,
+                                                  db=db, tune=tune,
+                                                  tune_budget_s=tune_budget_s))
     loaded = as_rules(rules)
-    asked = {**(params or {}), **({"tile": tuple(tile)} if tile is not None else {})}
-    context = {"backend": backend, "device": device, "db": db,
-               "tune": tune or None, "tune_budget_s": tune_budget_s}
-    selection, name, resolved = _choose(problem, algorithm, target, policy, loaded, context,
-                                        asked, max_workspace_bytes)
-    method = (selection.method if selection else
-              algorithms.method_for(name, resolve_target(target, loaded).is_gpu))
-    kernel, used, why = execute.build(problem, name, resolved, backend, w_ohwi, b, device)
+    on = resolve_target(target, loaded)
+    selection = None if algorithm != "auto" else decide(
+        problem, on, loaded, chosen, max_workspace_bytes=max_workspace_bytes,
+        workspace_backend=backend)
+    name = selection.algorithm if selection else algorithm
+    method = selection.method if selection else algorithms.method_for(name, on.is_gpu)
+    resolved = execute.resolve(name, problem, loaded,
+                               {**selection.params, **asked} if selection else asked)
+    kernel, used, why = execute.build(problem, name, resolved, backend, w_ohwi, b, device,
+                                      max_workspace_bytes=max_workspace_bytes)
     return PreparedConv(problem, method, name, used, resolved, selection, why, kernel)
 
 
-def _choose(p: ConvProblem, algorithm: str, target: str, policy: str, rules: Rules,
-            context: dict[str, Any], asked: dict[str, Any], max_workspace: int | None,
-            ) -> tuple[Selection | None, str, dict[str, Any]]:
-    backend = context["backend"]
-    if algorithm == "auto":
-        options = {k: v for k, v in context.items()
-                   if k in POLICY_OPTIONS.get(policy, ()) and v is not None}
-        sel = choose(p, target, policy=policy, rules=rules,
-                     max_workspace_bytes=max_workspace, workspace_backend=backend, **options)
-        return sel, sel.algorithm, execute.resolve(sel.algorithm, p, rules,
-                                                   {**sel.params, **asked})
-    resolved = execute.resolve(algorithm, p, rules, asked)
-    if max_workspace is not None:
-        _check_named_workspace(p, algorithm, resolved, backend, max_workspace)
-    return None, algorithm, resolved
-
-
-def _check_named_workspace(p: ConvProblem, algorithm: str, params: dict[str, Any],
-                           backend: str, limit: int) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise InvalidProblemError("max_workspace_bytes", limit,
-                                  "must be an integer >= 0 (bytes), or None for no limit")
-    need = algorithms.workspace_bytes(algorithm, p, params, backend)
-    if need is None or need > limit:
-        label = algorithms.label_of(algorithm, params)
-        raise UnsupportedError(
-            f"{label} on {backend} needs {need} bytes of workspace, over "
-            f"max_workspace_bytes={limit}" if need is not None else
-            f"{label} has no workspace estimate on {backend}, so max_workspace_bytes="
-            f"{limit} excludes it", algorithm=algorithm, backend=backend)
+def _policy_options(policy: str, **given: Any) -> dict[str, Any]:
+    """What prepare() hands the policy: the backend and device it runs on, when the policy
+    takes them, and the policy's own options (db, tune, tune_budget_s) when given, which a
+    policy that does not take them refuses, naming the policies that do."""
+    takes = POLICY_OPTIONS.get(policy, ())
+    shared = {k: given.pop(k) for k in ("backend", "device")}
+    options = {k: v for k, v in shared.items() if k in takes and v is not None}
+    options.update({k: v for k, v in given.items() if v is not None and v is not False})
+    return options
 
 
 def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: Any = 0,
@@ -230,17 +183,13 @@ def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: A
                         fast_math: bool = False, weights_layout: str = "OHWI",
                         layout: str = "NHWC") -> ConvProblem:
     """The ConvProblem that ``x`` and ``w`` describe (groups inferred from w's channels)."""
-    for name, arr in (("x", x), ("w", w)):
-        array_like = isinstance(arr, np.ndarray) or (name == "x" and _is_device_array(arr)
-                                                      and hasattr(arr, "ndim"))
-        if not array_like or arr.ndim != 4:
-            raise InvalidProblemError(name, getattr(arr, "shape", type(arr).__name__),
-                                      "expected a 4-D numpy array")
-    if weights_layout not in WEIGHTS_LAYOUTS:
-        raise InvalidProblemError("weights_layout", weights_layout,
-                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
-    if not np.issubdtype(x.dtype, np.floating):
-        raise InvalidProblemError("x", str(x.dtype), "must be a floating-point array")
+    if not _is_device_array(x):
+        arguments.float_array("x", x, 4)
+    elif getattr(x, "ndim", None) != 4 or not np.issubdtype(x.dtype, np.floating):
+        raise InvalidProblemError("x", getattr(x, "shape", type(x).__name__),
+                                  "expected a 4-D floating-point pyopencl array")
+    arguments.float_array("w", w, 4)
+    weights_layout = arguments.weights_layout(weights_layout)
     layout = str(layout).upper()
     n, h, w_, c = x.shape if layout == "NHWC" else (x.shape[0], x.shape[2], x.shape[3],
                                                    x.shape[1])

@@ -15,21 +15,26 @@ from typing import Any
 import numpy as np
 
 from . import algorithms, backends
-from .errors import ConvselError, FallbackWarning, InvalidProblemError, UnsupportedError
+from .errors import (
+    ConvselError,
+    FallbackWarning,
+    InvalidProblemError,
+    UnsupportedError,
+    WorkspaceLimitError,
+)
 from .problem import ConvProblem
 from .rules import Rules
+from .selection import require_workspace
 
 
 def resolve(algorithm: str, p: ConvProblem, rules: Rules,
             params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The full parameters of ``algorithm`` on ``p`` (defaults filled in from ``rules``).
+    """The full parameters of ``algorithm`` (a registry name: the caller checked it) on ``p``
+    (defaults filled in from ``rules``).
 
-    Raises InvalidProblemError for an unknown algorithm and UnsupportedError (with the
-    reason) when the algorithm cannot run ``p`` with these parameters.
+    Raises UnsupportedError (with the reason) when the algorithm cannot run ``p`` with these
+    parameters.
     """
-    if algorithm not in algorithms.ALGORITHMS:
-        raise InvalidProblemError("algorithm", algorithm, "unknown algorithm; known: auto, "
-                                  + ", ".join(algorithms.ALGORITHMS))
     verdict = algorithms.supports(algorithm, p, rules, params)
     if not verdict.ok:
         raise UnsupportedError(f"{algorithm} cannot run {p}: {verdict.reason}",
@@ -38,13 +43,16 @@ def resolve(algorithm: str, p: ConvProblem, rules: Rules,
 
 
 def build(p: ConvProblem, algorithm: str, params: Mapping[str, Any], backend: str,
-          w_ohwi: np.ndarray, bias: np.ndarray | None, device: Any = None,
-          ) -> tuple[Any, str, str | None]:
+          w_ohwi: np.ndarray, bias: np.ndarray | None, device: Any = None, *,
+          max_workspace_bytes: int | None = None) -> tuple[Any, str, str | None]:
     """Prepare ``algorithm`` with ``params`` on ``backend``: ``(kernel, backend used, why)``.
 
     On a backend other than numpy, any capability gap or device failure falls back to numpy
     with a :class:`FallbackWarning`; ``why`` says what happened (None when nothing did).
+    Nothing is built, on ``backend`` or on the fallback, whose workspace there exceeds
+    ``max_workspace_bytes``: :class:`~convsel.errors.WorkspaceLimitError` instead.
     """
+    require_workspace(algorithm, p, params, backend, max_workspace_bytes)
     try:
         return build_on(p, algorithm, params, backend, w_ohwi, bias, device), backend, None
     except UnsupportedError as exc:
@@ -57,6 +65,13 @@ def build(p: ConvProblem, algorithm: str, params: Mapping[str, Any], backend: st
         if backend == "numpy":
             raise
         why = f"{backend} failed to prepare {algorithm}: {exc}; ran numpy instead"
+    try:
+        require_workspace(algorithm, p, params, "numpy", max_workspace_bytes)
+    except WorkspaceLimitError as exc:
+        raise WorkspaceLimitError(f"{why.removesuffix('; ran numpy instead')}; the numpy "
+                                  f"fallback does not fit either: {exc}", limit=exc.limit,
+                                  needed=exc.needed, algorithm=algorithm,
+                                  backend="numpy") from None
     warnings.warn(why, FallbackWarning, stacklevel=3)
     return build_on(p, algorithm, params, "numpy", w_ohwi, bias, None), "numpy", why
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from . import algorithms, backends
-from .errors import InvalidProblemError, TuningDatabaseError
-from .layouts import WEIGHTS_LAYOUTS, ohwi_shape, weights_to_ohwi
+from . import algorithms, arguments
+from .errors import TuningDatabaseError
 from .problem import ConvProblem
 from .rules import Rules, as_rules
-from .selection import select
+from .selection import acl_selection
+from .targets import Target, resolve_target
 from .tuning.db import TuningDB, open_db
 from .tuning.measure import WORKSPACE_EXCLUDED, Measurement, Shortlist, measure
 from .tuning.timing import TimingSettings
@@ -165,20 +165,17 @@ def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: s
         ``excluded-by-workspace``, ``skipped`` (not timed: dominated, budget spent) and
         ``unsupported`` ones, each with its reason.
     """
-    if not isinstance(problem, ConvProblem):
-        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-    _check_limit(max_workspace_bytes)
-    if w is not None and not problem.is_float:
-        raise InvalidProblemError("problem.dtype", problem.dtype, "only F32 and F16 run")
-    if budget_s is not None and not budget_s > 0:
-        raise InvalidProblemError("budget_s", budget_s, "must be > 0 seconds, or None")
+    problem = arguments.runnable(arguments.problem(problem))
+    backend = arguments.backend(backend)
+    max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
+    budget_s = arguments.seconds("budget_s", budget_s)
+    top = arguments.top(top)
+    weights = None if w is None else arguments.weights(
+        problem, w, arguments.weights_layout(weights_layout))
     loaded = as_rules(rules)
-    acl = select(problem, target, rules=loaded)
-    weights = _weights(problem, w, weights_layout)
-    shortlist, narrowed = _narrow(problem, target, loaded, top, backend, device, db)
+    on = resolve_target(target, loaded)
+    acl = acl_selection(problem, on, loaded)
+    shortlist, narrowed = _narrow(problem, on, loaded, top, backend, device, db)
     m = measure(problem, backend, device, rules=loaded, settings=settings,
                 build=_with_weights(weights), budget_s=budget_s, on_candidate=on_candidate,
                 max_workspace_bytes=max_workspace_bytes, shortlist=shortlist)
@@ -188,40 +185,17 @@ def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: s
     return _store(result, m, db) if store else result
 
 
-def _narrow(problem: ConvProblem, target: str, rules: Rules, top: int | None, backend: str,
+def _narrow(problem: ConvProblem, target: Target, rules: Rules, top: int | None, backend: str,
             device: Any, db: Any) -> tuple[Shortlist | None, str | None]:
     if top is None:
         return None, None
     from .policies.predicted import shortlist  # the learner is imported only when asked
-    from .targets import resolve_target
 
-    found, why = shortlist(problem, resolve_target(target, rules), rules, top=top,
-                           backend=backend, device=device, db=db)
+    found, why = shortlist(problem, target, rules, top=top, backend=backend, device=device,
+                           db=db)
     if found is None:
         return None, f"top {top}: {why}; every candidate timed"
     return found, f"top {top}: timed {', '.join(sorted(found.labels))} (the others: {found.reason})"
-
-
-def _check_limit(limit: Any) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                              or limit < 0):
-        raise InvalidProblemError("max_workspace_bytes", limit,
-                                  "must be an integer >= 0 (bytes), or None for no limit")
-
-
-def _weights(p: ConvProblem, w: Any, layout: str) -> np.ndarray | None:
-    if w is None:
-        return None
-    if layout not in WEIGHTS_LAYOUTS:
-        raise InvalidProblemError("weights_layout", layout,
-                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
-    if not isinstance(w, np.ndarray) or w.ndim != 4 or not np.issubdtype(w.dtype, np.floating):
-        raise InvalidProblemError("w", getattr(w, "shape", type(w).__name__),
-                                  "expected a 4-D floating-point numpy array")
-    if ohwi_shape(w.shape, layout) != p.weights_shape:
-        raise InvalidProblemError("w", w.shape, f"{layout} weights for this problem must hold "
-                                  f"K={p.k}, KH={p.kh}, KW={p.kw}, C/groups={p.c // p.groups}")
-    return weights_to_ohwi(w, layout).astype(np.float16 if p.dtype == "F16" else np.float32)
 
 
 def _with_weights(weights: np.ndarray | None) -> Callable[..., Any] | None:

@@ -20,7 +20,6 @@ import importlib
 from types import ModuleType
 
 from ..algorithms.registry import REGISTRY
-from ..errors import InvalidProblemError
 from ..verdict import Verdict, failed
 
 BACKENDS: dict[str, str] = {
@@ -34,10 +33,8 @@ IMPLEMENTATIONS: dict[tuple[str, str], str] = {
 
 
 def backend_module(backend: str) -> ModuleType:
-    """The package of ``backend``; an unknown name is the caller's error."""
-    if backend not in BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(BACKENDS)}")
+    """The package of ``backend``, a name of :data:`BACKENDS` (the entry points check it:
+    :func:`convsel.arguments.backend`)."""
     return importlib.import_module(BACKENDS[backend])
 
 
@@ -58,9 +55,8 @@ def backends_for(algorithm: str) -> list[str]:
 
 
 def available(backend: str) -> Verdict:
-    """Whether ``backend`` can run here; never raises for a missing optional package."""
-    if backend not in BACKENDS:
-        return failed(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    """Whether ``backend`` (a name of :data:`BACKENDS`) can run here; never raises for a
+    missing optional package."""
     try:
         module = backend_module(backend)
     except ImportError as exc:

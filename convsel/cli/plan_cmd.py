@@ -12,15 +12,18 @@ RULE_WIDTH = 28
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="an .onnx file (read, never run; external data unread)")
     parser.add_argument("--target", default="cpu", help="cpu, cpu-nofp16, G77, Mali-G78AE ...")
-    parser.add_argument("--policy", default="acl", help="acl (the rules) or measured")
+    parser.add_argument("--policy", default="acl", help="acl (the rules), measured (the tuning "
+                        "database) or predicted (the fitted model)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
                         help="shape of a graph input that inference leaves unknown "
                         "(repeatable), e.g. input=1,3,224,224")
     parser.add_argument("--fast-math", action="store_true", help="ACL's enable_fast_math")
     parser.add_argument("--layout", default="NCHW", help="layout ACL runs in (ONNX is NCHW)")
     parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
-    parser.add_argument("--backend", default=None, help="measured policy: whose timings")
-    parser.add_argument("--db", default=None, help="measured policy: tuning database path")
+    parser.add_argument("--backend", default=None, help="measured/predicted: whose timings or "
+                        "model")
+    parser.add_argument("--db", default=None, help="measured/predicted: tuning database "
+                        "path")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print each node's deciding reason")
@@ -31,9 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from ..onnx.shapes import parse_input_shape
 
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    # a policy that does not take an option refuses it, naming those that do
     options = {k: v for k, v in (("backend", args.backend), ("db", args.db)) if v is not None}
-    if options and args.policy != "measured":
-        raise ValueError(f"--{next(iter(options))} applies to --policy measured only")
     result = plan(args.model, args.target, args.policy, input_shapes=shapes,
                   fast_math=args.fast_math, layout=args.layout, rules=args.rules, **options)
     if args.json:

@@ -31,10 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
     given = (("backend", args.backend), ("device", _device(args.device)), ("db", args.db))
+    # a policy that does not take an option refuses it, naming those that do
     options: dict[str, Any] = {k: v for k, v in given if v is not None}
-    if options and args.policy == "acl":
-        raise ValueError(f"--{next(iter(options))} applies to --policy measured or predicted "
-                         "only")
     sel = choose(problem, args.target, rules=args.rules, policy=args.policy,
                  max_workspace_bytes=args.max_workspace_bytes, **options)
     if args.json:

@@ -187,8 +187,6 @@ def run(args: argparse.Namespace) -> int:
     if done:
         print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
               "them again)")
-    if args.budget is not None and not args.budget > 0:
-        raise ValueError("--budget must be > 0 seconds")
     narrow = _shortlister(args, db, device)
     bar = _bar(len(todo), args.no_progress)
     measured, failures, started = 0, 0, time.perf_counter()
@@ -240,9 +238,6 @@ def _shortlister(args: argparse.Namespace, db: TuningDB,
     says so once and every candidate is timed."""
     if args.top is None:
         return lambda _: None
-    if args.top < 1:
-        raise ValueError(f"--top {args.top}: must be >= 1 (how many of the model's "
-                         "best-predicted candidates to time)")
     if args.sample:
         # a model's own picks as its training data would only confirm its mistakes
         raise ValueError("--top with --sample: sampled shapes are the model's training data "

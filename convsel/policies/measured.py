@@ -1,12 +1,12 @@
-"""The "measured" policy: answer from the tuning database, else from the device's fitted
-model (:mod:`convsel.policies.predicted`), else from ACL's rules.
+"""The tuning database's answer: the measured timings of a problem on this device.
 
-It never times anything unless asked (``tune=True`` or ``tune="auto"``, as
-``torch.backends.cudnn.benchmark``): an unseen problem gets the rules' answer at once, with a
-trace step that says no entry was found. With ``tune="auto"`` the first use of a problem on
-this device times its candidates (within ``tune_budget_s``), records the result, and every
-later use (this process or another sharing the database) reuses it. A database that cannot
-be opened degrades to the rules too, with the reason in the trace.
+This is the first source of the "measured" policy (:mod:`convsel.policies.composed` tries
+it, then the device's fitted model, then ACL's rules). It never times anything unless asked
+(``tune=True``, as ``torch.backends.cudnn.benchmark``): an unseen problem gets
+:class:`NoEntry`, which says so. With ``tune`` the first use of a problem on this device
+times its candidates (within ``tune_budget_s``), records the result, and every later use
+(this process or another sharing the database) reuses it. A database that cannot be opened
+degrades to ACL's rules, with the reason in the trace.
 """
 
 from __future__ import annotations
@@ -16,62 +16,34 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
-from .. import backends
 from ..algorithms import label_of, method_for
-from ..errors import ConvselError, InvalidProblemError, TuningDatabaseError
-from ..problem import ConvProblem
+from ..errors import ConvselError, TuningDatabaseError
 from ..rules import Rules
-from ..selection import Selection, select
+from ..selection import Selection
 from ..targets import Target
 from ..tuning.db import TuningDB, TuningEntry, open_db
-from ..tuning.identity import device_identity
 from ..verdict import TraceStep
+from .device import identity
 
 
 @dataclass(frozen=True)
-class MeasuredPolicy:
-    """Answer from the tuning database's timings on ``backend``/``device``, else ACL's rules.
+class NoEntry:
+    """The database holds no timing of the problem on this device: ``reason`` says where it
+    looked; ``database`` is the open database, for the next source to read its model from."""
 
-    ``db`` defaults to ``$CONVSEL_TUNING_DB`` or the user's data directory; ``tune=True``
-    (or ``"auto"``) times an unseen problem now and records it, spending at most about
-    ``tune_budget_s`` seconds (None: no limit).
-    """
-
-    backend: str = "numpy"
-    device: Any = None
-    db: TuningDB | str | os.PathLike[str] | None = None
-    tune: bool | str = False
-    tune_budget_s: float | None = None
-    name: str = "measured"
-
-    def __post_init__(self) -> None:
-        if self.backend not in backends.BACKENDS:
-            raise InvalidProblemError("backend", self.backend,
-                                      f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-        if self.tune not in (False, True, "auto", "off"):
-            raise InvalidProblemError("tune", self.tune, "expected True/\"auto\" (time an "
-                                      "unseen problem on first use) or False/\"off\"")
-        budget = self.tune_budget_s
-        if budget is not None and (isinstance(budget, bool) or not isinstance(
-                budget, (int, float)) or not budget > 0):
-            raise InvalidProblemError("tune_budget_s", budget, "must be a number > 0 "
-                                      "(seconds), or None for no limit")
-
-    def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
-        return select_measured(problem, target, rules, select(problem, target, rules=rules),
-                               backend=self.backend, device=self.device, db=self.db,
-                               tune=self.tune in (True, "auto"),
-                               tune_budget_s=self.tune_budget_s)
+    reason: str
+    database: TuningDB
 
 
-def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: Selection, *,
-                    backend: str = "numpy", device: Any = None,
-                    db: TuningDB | str | os.PathLike[str] | None = None,
-                    tune: bool = False, tune_budget_s: float | None = None) -> Selection:
-    """The tuned answer for ``problem`` on ``backend``/``device``, or ACL's with the reason.
+def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *,
+                   backend: str = "numpy", device: Any = None,
+                   db: TuningDB | str | os.PathLike[str] | None = None,
+                   tune: bool = False, tune_budget_s: float | None = None,
+                   ) -> Selection | NoEntry:
+    """The tuned answer for ``problem`` on ``backend``/``device``, ACL's (``acl``) with the
+    reason when the database cannot be used, or :class:`NoEntry`.
 
     Parameters
     ----------
@@ -80,9 +52,9 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
         Names the methods and breaks ties: when the database holds a tie, ACL's pick wins it
         if it is among the tied, else the fastest of them.
     rules : Rules
-    acl_selection : Selection
+    acl : Selection
         What the rules answer; returned (as policy "measured", source "rules") when the
-        database has no entry.
+        database cannot be read or tuning fails.
     backend, device
         Whose timings to use; the device identity is part of the database key.
     db : TuningDB or path, optional
@@ -95,58 +67,27 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
 
     Returns
     -------
-    Selection
+    Selection or NoEntry
         ``source="tuning-db"`` with ``measurement`` holding the timings, or
         ``source="rules"``; the last trace step says which and why.
     """
     try:
-        ident = _identity(backend, device)
+        ident = identity(backend, device)
         database = open_db(db)
         entry = database.lookup(problem, backend, ident)
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
-        return _rules_answer(acl_selection, "measured.db-unavailable",
+        return _rules_answer(acl, "measured.db-unavailable",
                              f"tuning database unavailable ({exc}); answered from ACL's rules")
-    where = f"{backend} on {ident['name']} ({ident['driver']})"
     if entry is None and tune:
         entry = _MEMO.get((problem, backend, tuple(sorted(ident.items()))))
     if entry is None and tune:
         entry, note = _tune(problem, backend, device, rules, database, tune_budget_s)
         if entry is None:
-            return _rules_answer(acl_selection, "measured.tune-failed", note)
+            return _rules_answer(acl, "measured.tune-failed", note)
     if entry is None:
-        return _from_model(problem, target, rules, acl_selection, backend, device, database,
-                           f"the tuning database ({database.path}) holds no entry for this "
-                           f"problem on {where}")
-    return from_entry(entry, acl_selection, target, str(database.path))
-
-
-def _from_model(problem: Any, target: Target, rules: Rules, acl: Selection, backend: str,
-                device: Any, database: TuningDB, no_entry: str) -> Selection:
-    """No exact measurement: the device's fitted model answers if there is one, else the
-    rules; the trace says which."""
-    from .predicted import select_predicted
-
-    sel = select_predicted(problem, target, rules, acl, backend=backend, device=device,
-                           db=database, policy="measured")
-    if sel.source == "model":
-        note = TraceStep("measured.no-entry", False, f"{no_entry}; answered from the fitted "
-                         "model (next step)")
-        return dataclasses.replace(sel, trace=(*sel.trace[:-1], note, sel.trace[-1]))
-    return dataclasses.replace(sel, trace=(*sel.trace[:-1], TraceStep(
-        "measured.no-entry", False, f"{no_entry}, and {sel.trace[-1].reason} (run `convsel "
-        f"tune` or select with tune=True to measure it)")))
-
-
-def _identity(backend: str, device: Any) -> dict[str, str]:
-    try:
-        return dict(_cached_identity(backend, device))
-    except TypeError:  # an unhashable device handle
-        return device_identity(backend, device)
-
-
-@lru_cache(maxsize=64)
-def _cached_identity(backend: str, device: Any) -> tuple[tuple[str, str], ...]:
-    return tuple(device_identity(backend, device).items())
+        return NoEntry(f"the tuning database ({database.path}) holds no entry for this "
+                       f"problem on {backend} on {ident['name']} ({ident['driver']})", database)
+    return from_entry(entry, acl, target, str(database.path))
 
 
 def _rules_answer(acl: Selection, step_id: str, reason: str) -> Selection:

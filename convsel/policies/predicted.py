@@ -11,20 +11,20 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from .. import backends
 from ..algorithms import label_of, method_for
-from ..errors import ConvselError, InvalidProblemError, TuningDatabaseError
+from ..errors import ConvselError, TuningDatabaseError
 from ..learn.models import ModelError
 from ..learn.stored import Ranked, StoredModel, decode, model_key
 from ..problem import ConvProblem
 from ..rules import Rules
-from ..selection import Selection, select
+from ..selection import Selection, acl_selection
 from ..targets import Target
 from ..tuning.db import TuningDB, open_db
 from ..tuning.measure import Shortlist, candidates
 from ..verdict import TraceStep
+from .device import identity
 
 
 @dataclass(frozen=True)
@@ -38,25 +38,18 @@ class PredictedPolicy:
     device: Any = None
     db: TuningDB | str | os.PathLike[str] | None = None
     model: StoredModel | None = None
-    name: str = "predicted"
-
-    def __post_init__(self) -> None:
-        if self.backend not in backends.BACKENDS:
-            raise InvalidProblemError("backend", self.backend,
-                                      f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    name: ClassVar[str] = "predicted"
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
-        acl = select(problem, target, rules=rules)
+        acl = acl_selection(problem, target, rules)
         return select_predicted(problem, target, rules, acl, backend=self.backend,
                                 device=self.device, db=self.db, model=self.model)
 
 
 def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None, str]:
     """The model for ``backend``/``device`` in ``db``, or None with why not."""
-    from .measured import _identity  # one cached device identity for both policies
-
     try:
-        ident = _identity(backend, device)
+        ident = identity(backend, device)
         database = open_db(db)
         record = database.load_model(model_key(backend, ident))
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
@@ -112,11 +105,9 @@ def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
     """What to time for ``problem`` when the model narrows it down: the ``top`` candidates it
     predicts fastest, and ACL's pick, so that the tuned answer is never one that ACL's would
     beat in the same measurement (cuDNN's heuristic query, then Find among its first few).
-    ``(None, why)`` when no usable model answers: time every candidate then."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InvalidProblemError("top", top, "must be an integer >= 1 (how many of the "
-                                  "model's best-predicted candidates to time)")
-    acl = select(problem, target, rules=rules)
+    ``(None, why)`` when no usable model answers: time every candidate then. ``top`` is
+    checked by the caller (:func:`convsel.arguments.top`)."""
+    acl = acl_selection(problem, target, rules)
     sel = select_predicted(problem, target, rules, acl, backend=backend, device=device, db=db,
                            model=model)
     if sel.source != "model" or sel.measurement is None:

@@ -22,7 +22,7 @@ from convsel.learn import stored as stored_mod
 from convsel.learn.features import candidate_features
 from convsel.learn.fit import dataset, fit
 from convsel.learn.stored import decode, model_key
-from convsel.policies import measured as measured_mod
+from convsel.policies import device as policy_device
 from convsel.tuning import db as db_mod
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import candidates, decide, device_identity
@@ -71,7 +71,7 @@ UNSEEN_NARROW = ConvProblem(1, 20, 20, 24, 96, 3, 3, pad=1)
 @pytest.fixture(autouse=True)
 def _fresh_caches():
     yield
-    measured_mod._cached_identity.cache_clear()
+    policy_device.cached_identity.cache_clear()
     stored_mod._cache.clear()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from convsel import ConvProblem, InvalidProblemError, UnsupportedError, choose, select
-from convsel.policies import measured as policy
+from convsel.policies import device as policy_device
 from convsel.tuning import measure as measure_mod
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import (
@@ -46,7 +46,7 @@ def db(tmp_path):
 @pytest.fixture(autouse=True)
 def _fresh_identity():
     yield
-    policy._cached_identity.cache_clear()   # a test may have changed the BLAS environment
+    policy_device.cached_identity.cache_clear()   # a test may have changed the BLAS environment
 
 
 # -- decide ------------------------------------------------------------------------------------
@@ -283,5 +283,5 @@ def test_blas_thread_settings_are_part_of_the_device_key(db, monkeypatch):
     assert choose(P1, "cpu", policy="measured", db=db).source == "tuning-db"
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert "OPENBLAS_NUM_THREADS=1" in device_identity("numpy")["driver"]
-    policy._cached_identity.cache_clear()   # identities are cached per process
+    policy_device.cached_identity.cache_clear()   # identities are cached per process
     assert choose(P1, "cpu", policy="measured", db=db).source == "rules"
