@@ -4,7 +4,8 @@ The ``onnx`` package is an optional extra, imported only when a model is read.
 """
 
 from .errors import OnnxUnavailableError, PlanError, UnknownShapeError
-from .planner import ModelPlan, NodePlan, Skipped, plan
+from .nodes import NodePlan, Skipped
+from .planner import ModelPlan, plan
 
 __all__ = ["ModelPlan", "NodePlan", "OnnxUnavailableError", "PlanError", "Skipped",
            "UnknownShapeError", "plan"]

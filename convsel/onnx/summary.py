@@ -4,31 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import algorithms, backends
 from ..problem import ConvProblem
 from ..rules import Rules
-
-if TYPE_CHECKING:
-    from .planner import NodePlan, Skipped
-
-
-@dataclass(frozen=True)
-class Runnable:
-    """Whether convsel can run the method the answer names: its algorithm supports the
-    problem (:func:`convsel.algorithms.supports`) and some backend implements it
-    (:data:`convsel.backends.IMPLEMENTATIONS`)."""
-
-    ok: bool
-    algorithm: str
-    backends: tuple[str, ...]
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "algorithm": self.algorithm, "backends": list(self.backends),
-                "reason": self.reason}
+from .nodes import NodePlan, Runnable, Skipped
 
 
 def runnable(method: str, problem: ConvProblem, rules: Rules,
