@@ -16,7 +16,7 @@ import numpy as np
 from . import algorithms, arguments, execute
 from .errors import InvalidProblemError, UnsupportedError
 from .layouts import nchw_to_nhwc, nhwc_to_nchw, ohwi_shape
-from .policies import POLICY_OPTIONS, decide, get_policy
+from .policies import decide, get_policy, options_for
 from .problem import ConvProblem
 from .rules import Rules, as_rules
 from .selection import Selection
@@ -136,12 +136,13 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
 
     ``max_workspace_bytes`` runs the best algorithm whose workspace on ``backend`` fits (the
     policy's choice if it does; the selection's trace names what was excluded); a named
-    algorithm over the limit raises :class:`~convsel.errors.WorkspaceLimitError` before
-    anything is built (weights included). With ``policy="measured"``, ``tune="auto"`` times
-    the candidates the first time a problem is seen on this device (within about
-    ``tune_budget_s`` seconds), records them in the tuning database (``db``) and reuses them
-    after, like ``torch.backends.cudnn.benchmark = True``. ``db``, ``tune`` and
-    ``tune_budget_s`` are the policy's options: a policy that does not take one refuses it.
+    algorithm over the limit (or a numpy fallback over it) raises
+    :class:`~convsel.errors.WorkspaceLimitError` before it is built (its weights
+    transformed). With ``policy="measured"``, ``tune="auto"`` times the candidates the first
+    time a problem is seen on this device (within about ``tune_budget_s`` seconds), records
+    them in the tuning database (``db``) and reuses them after, like
+    ``torch.backends.cudnn.benchmark = True``. ``db``, ``tune`` and ``tune_budget_s`` are the
+    policy's options: a policy that does not take one refuses it.
     """
     problem = arguments.runnable(arguments.problem(problem))
     algorithm = arguments.algorithm(algorithm)
@@ -150,9 +151,10 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     layout = arguments.weights_layout(weights_layout)
     w_ohwi, b = arguments.weights(problem, w, layout), arguments.bias(problem, bias)
     asked = arguments.algorithm_params(params, tile)
-    chosen = get_policy(policy, **_policy_options(policy, backend=backend, device=device,
-                                                  db=db, tune=tune,
-                                                  tune_budget_s=tune_budget_s))
+    # the policy's own options when given; where it runs, when the policy takes it
+    chosen = get_policy(policy, **options_for(
+        policy, {"db": db, "tune": tune or None, "tune_budget_s": tune_budget_s},
+        defaults={"backend": backend, "device": device}))
     loaded = as_rules(rules)
     on = resolve_target(target, loaded)
     selection = None if algorithm != "auto" else decide(
@@ -165,17 +167,6 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     kernel, used, why = execute.build(problem, name, resolved, backend, w_ohwi, b, device,
                                       max_workspace_bytes=max_workspace_bytes)
     return PreparedConv(problem, method, name, used, resolved, selection, why, kernel)
-
-
-def _policy_options(policy: str, **given: Any) -> dict[str, Any]:
-    """What prepare() hands the policy: the backend and device it runs on, when the policy
-    takes them, and the policy's own options (db, tune, tune_budget_s) when given, which a
-    policy that does not take them refuses, naming the policies that do."""
-    takes = POLICY_OPTIONS.get(policy, ())
-    shared = {k: given.pop(k) for k in ("backend", "device")}
-    options = {k: v for k, v in shared.items() if k in takes and v is not None}
-    options.update({k: v for k, v in given.items() if v is not None and v is not False})
-    return options
 
 
 def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: Any = 0,

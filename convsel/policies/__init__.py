@@ -72,7 +72,7 @@ class _DerivedOptions(Mapping[str, tuple[str, ...]]):
     """Each policy's options, read from its class when asked (which imports the class)."""
 
     def __getitem__(self, name: str) -> tuple[str, ...]:
-        if name not in POLICIES:
+        if not isinstance(name, str) or name not in POLICIES:
             raise KeyError(name)
         return policy_options(name)
 
@@ -97,6 +97,19 @@ def policies_taking(option: str) -> list[str]:
         except ImportError:   # its layer cannot be imported here: it takes nothing here
             continue
     return takers
+
+
+def options_for(name: str, given: Mapping[str, Any],
+                defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The options to build the policy ``name`` with (None values are not options): every
+    option ``given`` (one the policy does not take is refused when it is built), and each of
+    ``defaults`` that the policy takes and was not given, such as the backend a caller runs
+    on or a server's tuning database."""
+    options = {k: v for k, v in given.items() if v is not None}
+    takes = POLICY_OPTIONS.get(name, ())
+    options.update({k: v for k, v in (defaults or {}).items()
+                    if k in takes and k not in options and v is not None})
+    return options
 
 
 def get_policy(name: str, **options: Any) -> Policy:
@@ -175,4 +188,4 @@ def _measured_ranking(sel: Selection, p: ConvProblem,
 
 
 __all__ = ["POLICIES", "POLICY_OPTIONS", "AclPolicy", "Policy", "choose", "decide",
-           "get_policy", "policies_taking", "policy_class", "policy_options"]
+           "get_policy", "options_for", "policies_taking", "policy_class", "policy_options"]
