@@ -14,6 +14,7 @@ from .errors import (
     TuningDatabaseError,
     UnknownTargetError,
     UnsupportedError,
+    WorkspaceLimitError,
 )
 from .policies import choose
 from .problem import ConvProblem
@@ -38,6 +39,7 @@ __all__ = [
     "TuningDatabaseError",
     "UnknownTargetError",
     "UnsupportedError",
+    "WorkspaceLimitError",
     "__version__",
     "choose",
     "conv2d",
