@@ -52,4 +52,4 @@ def candidate_features(p: ConvProblem, algorithm: str,
 
 
 FEATURE_NAMES: tuple[str, ...] = tuple(candidate_features(
-    ConvProblem(1, 8, 8, 4, 4, 3, 3), "direct"))
+    ConvProblem(1, 8, 8, 4, 4, 3, 3), ALGORITHMS[0]))
