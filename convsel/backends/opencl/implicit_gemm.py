@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from ...algorithms.constraints import tile_problem
+from ...algorithms.implicit_gemm import tile_problem
+from ...algorithms.shared import MAX_SPLITS
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
@@ -98,9 +99,6 @@ def default_splits(runtime: Runtime, m: int, n: int, tile: Tile, slices: int,
     groups = -(-m // tile[0]) * -(-n // tile[1])
     want = 2 * int(runtime.device.max_compute_units)
     return max(1, min(want // groups, slices // 8, MAX_SPLITS))
-
-
-MAX_SPLITS = 16
 
 
 @dataclass(frozen=True)

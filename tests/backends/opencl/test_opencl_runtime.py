@@ -206,11 +206,11 @@ def test_a_failed_launch_leaves_the_backend_usable(rt, monkeypatch):
         kernel.run(x)
     assert rt.recoveries == recoveries + 1
     bad.table.clear()
-    assert_matches_reference(P, x, w, b, kernel.run(x))                    # same kernel
+    assert_matches_reference(P, x, w, b, kernel.run(x), "direct")          # same kernel
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = direct.prepare(P, w, b, {}, rt)                            # a new one
-    assert_matches_reference(P, x, w, b, again.run(x))
+    assert_matches_reference(P, x, w, b, again.run(x), "direct")
 
 
 def test_run_checks_the_input_shape(rt):

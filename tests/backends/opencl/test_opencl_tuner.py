@@ -127,7 +127,7 @@ def test_tuning_stores_and_then_reuses_a_local_size(rt, tmp_path, monkeypatch):
     monkeypatch.setattr(rt, "tuner", t)
     x, w, b = data(P)
     kernel = direct.prepare(P, w, b, {}, rt)
-    assert_matches_reference(P, x, w, b, kernel.run(x))
+    assert_matches_reference(P, x, w, b, kernel.run(x), "direct")
     key = t.key(rt, kernel.steps[0].config_id)
     assert t.tuned == 1 and key in t.table and key.endswith(rt.tag)
     lws = t.table[key]
@@ -135,7 +135,7 @@ def test_tuning_stores_and_then_reuses_a_local_size(rt, tmp_path, monkeypatch):
     assert lws == tuner.NO_LWS or lws in candidates("rapid", gws, rt.max_work_group)
     assert CLTuner(path=path).table == t.table                    # saved as it appeared
     again = direct.prepare(P, w, b, {}, rt)
-    assert_matches_reference(P, x, w, b, again.run(x))            # tuned lws applied
+    assert_matches_reference(P, x, w, b, again.run(x), "direct")  # tuned lws applied
     assert t.tuned == 1                                           # and not tuned again
 
 
@@ -149,5 +149,5 @@ def test_file_without_mode_applies_known_entries_only(rt, tmp_path, monkeypatch)
     monkeypatch.setattr(rt, "tuner", t)
     assert t.local_size(rt, kernel.steps[0].kernel, kernel.steps[0].gws, config) == (2, 1, 1)
     assert t.local_size(rt, kernel.steps[0].kernel, (4, 4, 4), "unknown") is None
-    assert_matches_reference(P, x, w, b, kernel.run(x))
+    assert_matches_reference(P, x, w, b, kernel.run(x), "direct")
     assert t.tuned == 0
