@@ -15,10 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from convsel.errors import InvalidProblemError
-from convsel.policies import POLICY_OPTIONS, choose
-from convsel.problem import ConvProblem
-from convsel.rules import Rules
+from convsel import ConvProblem, InvalidProblemError, Rules, choose
+from convsel.policies import POLICY_OPTIONS
 
 from .errors import TooLargeError
 from .state import ServiceState
@@ -74,7 +72,8 @@ def validate_body(model: type[M], data: Any, *, json: bool = False,
 
 def json_body(model_name: str) -> dict[str, Any]:
     """``openapi_extra`` documenting a JSON body that the route validates itself (the model
-    must be listed in the route module's ``OPENAPI_MODELS``)."""
+    must be listed in ``service.app.OPENAPI_MODELS``, through its module's
+    ``OPENAPI_MODELS``)."""
     return {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": f"#/components/schemas/{model_name}"}}}}}
 

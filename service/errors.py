@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from convsel.errors import (
+from convsel import (
     BackendUnavailableError,
     ConvselError,
     InvalidProblemError,

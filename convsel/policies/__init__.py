@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import algorithms, arguments
 from ..errors import InvalidProblemError
@@ -23,6 +23,9 @@ from ..rules import Rules, as_rules
 from ..selection import Selection, limit_workspace
 from ..targets import Target, resolve_target
 from .acl import AclPolicy
+
+if TYPE_CHECKING:
+    from ..learn.stored import StoredModel
 
 
 class Policy(Protocol):
@@ -187,5 +190,15 @@ def _measured_ranking(sel: Selection, p: ConvProblem,
             if label in by_label]
 
 
+def stored_model(backend: str, device: Any = None,
+                 db: Any = None) -> tuple[StoredModel | None, str]:
+    """The fitted model that the "predicted" policy answers from on ``backend``/``device``
+    with ``db`` (default: ``$CONVSEL_TUNING_DB``), or None and why there is none."""
+    from .predicted import load_stored  # the model's learner is imported only when used
+
+    return load_stored(backend, device, db)
+
+
 __all__ = ["POLICIES", "POLICY_OPTIONS", "AclPolicy", "Policy", "choose", "decide",
-           "get_policy", "options_for", "policies_taking", "policy_class", "policy_options"]
+           "get_policy", "options_for", "policies_taking", "policy_class", "policy_options",
+           "stored_model"]

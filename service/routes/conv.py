@@ -21,9 +21,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
-from convsel import api as ops
-from convsel.errors import InvalidProblemError
-from convsel.problem import ConvProblem
+from convsel import ConvProblem, InvalidProblemError, prepare
 
 from ..convert import check_size, to_problem, validate_body
 from ..errors import TooLargeError, responses
@@ -107,7 +105,7 @@ def _execute(job: Job, state: ServiceState) -> dict[str, Any]:
         _check_dtype(name, array, problem)
     s = state.settings
     start = time.perf_counter()
-    op = ops.prepare(problem, tensors["w"], tensors.get("bias"),
+    op = prepare(problem, tensors["w"], tensors.get("bias"),
                      weights_layout=request.weights_layout, algorithm=request.algorithm,
                      backend=request.backend or s.default_backend,
                      target=state.target(request.target), device=s.default_device,

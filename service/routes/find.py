@@ -16,20 +16,16 @@ import anyio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
-from convsel import backends
-from convsel.errors import BackendUnavailableError, InvalidProblemError
-from convsel.finder import find
+from convsel import BackendUnavailableError, InvalidProblemError, backends, find
 
 from ..auth import TOKEN
 from ..convert import check_size, json_body, to_problem, validate_body
 from ..errors import responses
-from ..limits import BodyRule
 from ..schemas import MAX_NAME, Backend, ProblemIn, integral
 from ..state import ServiceState, state_of
-from . import tuning
+from ..timing import MAX_BUDGET_S, timing_slot
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
-BODIES = {"/v1/find": BodyRule("max_body_bytes")}
 
 
 # more than any problem has candidates: a larger top is a mistake, not a wish for all of them
@@ -48,7 +44,7 @@ class FindRequest(BaseModel):
         "reported beside the ranking; default: the server's")
     backend: Backend | None = Field(  # type: ignore[valid-type]
         None, description="default: the server's")
-    budget_s: float = Field(10.0, gt=0, le=tuning.MAX_BUDGET_S,
+    budget_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S,
                             description="stop timing after about this many seconds")
     max_workspace_bytes: Bytes | None = Field(
         None, description="do not build candidates whose workspace is larger; the server's "
@@ -109,7 +105,7 @@ async def find_route(request: Request) -> Any:
     body = validate_body(FindRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
     check_size(state, problem)
-    with tuning.timing_slot(state, body.budget_s):
+    with timing_slot(state, body.budget_s):
         return await anyio.to_thread.run_sync(_find, state, problem, body)
 
 

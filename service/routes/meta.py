@@ -8,10 +8,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from convsel import algorithms, backends
-from convsel.problem import ConvProblem
+from convsel import ConvProblem, algorithms, backends, resolve_target
 from convsel.rules import METHODS
-from convsel.targets import resolve_target, target_names
+from convsel.targets import target_names
 
 from ..auth import TOKEN
 from ..errors import responses

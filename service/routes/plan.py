@@ -23,10 +23,8 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import UploadFile
 
-from convsel.onnx import plan
-from convsel.onnx.errors import PlanError
-from convsel.onnx.reader import load_model
-from convsel.onnx.shapes import parse_input_shape
+from convsel import plan
+from convsel.onnx import PlanError, load_model, parse_input_shape
 from convsel.policies import POLICIES
 
 from ..convert import selection_options, validate_body
