@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import config
 from .errors import (
     BackendUnavailableError,
     ConvselError,
@@ -136,14 +137,16 @@ class Client:
         The server, e.g. ``"http://127.0.0.1:8000"``.
     token : str, optional
         Sent as ``Authorization: Bearer <token>`` (routes guarded by ``CONVSEL_API_TOKEN``).
-        Defaults to ``$CONVSEL_API_TOKEN``.
+        Defaults to ``$CONVSEL_API_TOKEN`` (:func:`convsel.config.current`).
     timeout : float
         Seconds per request (tuning and find run up to their budget on the server).
     """
 
     def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 120.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        token = token if token is not None else os.environ.get("CONVSEL_API_TOKEN")
+        if token is None:   # the library's one configuration: $CONVSEL_API_TOKEN
+            configured = config.current().api_token
+            token = configured.get_secret_value() if configured is not None else None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout,
                                   transport=transport)

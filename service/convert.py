@@ -87,7 +87,7 @@ def selection_options(state: ServiceState, policy: str, backend: str | None,
     if "backend" in takes:
         options.setdefault("backend", state.settings.default_backend)
     if "device" in takes:
-        options.setdefault("device", state.settings.default_device)
+        options.setdefault("device", state.settings.opencl_device)
     if "db" in takes and state.settings.tuning_db is not None:
         options["db"] = state.settings.tuning_db
     return options

@@ -16,7 +16,7 @@ def where(state: ServiceState, backend: str | None,
           device: str | None) -> tuple[str, Any, dict[str, str]]:
     """The request's backend and device, else the server's, with the device's identity."""
     s = state.settings
-    backend, device = backend or s.default_backend, device or s.default_device
+    backend, device = backend or s.default_backend, device or s.opencl_device
     if backend not in backends.BACKENDS:
         raise InvalidProblemError("backend", backend,
                                   f"unknown backend; known: {', '.join(backends.BACKENDS)}")

@@ -108,7 +108,7 @@ def _execute(job: Job, state: ServiceState) -> dict[str, Any]:
     op = prepare(problem, tensors["w"], tensors.get("bias"),
                      weights_layout=request.weights_layout, algorithm=request.algorithm,
                      backend=request.backend or s.default_backend,
-                     target=state.target(request.target), device=s.default_device,
+                     target=state.target(request.target), device=s.opencl_device,
                      policy=request.policy, rules=state.loaded_rules(),
                      # "auto" chooses among what fits the server's limit; a named algorithm
                      # over it is refused below as too large

@@ -122,7 +122,7 @@ def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any
         body.max_workspace_bytes, s.max_workspace_bytes)
     started = time.perf_counter()
     target = s.default_target if body.target is None else body.target
-    result = find(problem, backend=backend, device=s.default_device, target=target,
+    result = find(problem, backend=backend, device=s.opencl_device, target=target,
                   rules=state.loaded_rules(),
                   max_workspace_bytes=limit, store=body.store, db=s.tuning_db,
                   budget_s=body.budget_s, top=body.top)

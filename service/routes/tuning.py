@@ -221,7 +221,7 @@ _malloc_trim = _load_malloc_trim()
 def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
     s = state.settings
     backend = body.backend or s.default_backend
-    device = body.device if body.device is not None else s.default_device
+    device = body.device if body.device is not None else s.opencl_device
     ready = backends.available(backend)
     if not ready.ok:
         raise BackendUnavailableError(ready.reason, backend=backend)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import config
 from ...verdict import Verdict
 
 
@@ -44,11 +45,8 @@ def _cpu_model() -> str:
     return ""
 
 
-_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
 def _blas_threads() -> str:
-    settings = [f"{v}={os.environ[v]}" for v in _THREAD_VARIABLES if v in os.environ]
+    settings = [f"{v}={value}" for v, value in config.current().blas_thread_variables().items()]
     return ", ".join(settings) or f"default threads ({os.cpu_count()} CPUs)"
 
 

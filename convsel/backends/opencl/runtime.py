@@ -31,8 +31,8 @@ from .cache import RuntimeCache, capacity_from_env, program_key
 if TYPE_CHECKING:
     from .tuner import CLTuner
 
-DEVICE_ENV = "CONVSEL_OPENCL_DEVICE"
-STANDARD_ENV = "PYOPENCL_CTX"
+DEVICE_ENV = config.variable("opencl_device")
+STANDARD_ENV = config.variable("pyopencl_ctx")
 INDEX_LIMIT = 2**31 - 1   # kernels index with 32-bit ints
 
 _TYPE_NAMES = ((cl.device_type.GPU, "GPU"), (cl.device_type.CPU, "CPU"),

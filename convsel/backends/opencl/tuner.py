@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 MODES = ("exhaustive", "normal", "rapid")
-MODE_ENV = "CONVSEL_CL_TUNER"
-FILE_ENV = "CONVSEL_CL_TUNER_FILE"
+MODE_ENV = config.variable("cl_tuner")
+FILE_ENV = config.variable("cl_tuner_file")
 CAPS = (64, 32, 32)          # ACL's per-axis caps on x, y, z
 Lws = tuple[int, int, int]
 NO_LWS: Lws = (0, 0, 0)      # the driver's default (NullRange)
