@@ -347,6 +347,11 @@ def test_routes_are_mounted_explicitly_and_never_import_one_another():
                if i.source.startswith("service") and i.where == "string"}
     # uvicorn's workers import the app factory by its name; nothing else is loaded by text
     assert strings == {("service.server", "service.app")}
+    dynamic = sorted(str(path.relative_to(ROOT)) for module, path in _module_files().items()
+                     if module.startswith("service") and any(
+                         isinstance(node, (ast.Import, ast.ImportFrom)) and "importlib" in
+                         ast.unparse(node) for node in ast.walk(ast.parse(path.read_text()))))
+    assert dynamic == [], "the service imports its modules by name, never through importlib"
 
 
 def test_every_list_of_algorithms_comes_from_the_registry():
