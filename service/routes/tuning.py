@@ -240,7 +240,7 @@ def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> 
         m = found.measurement
         assert m is not None   # find() keeps the measurement it ranked
         view = {"cached": False, "complete": m.complete, "recorded": found.stored,
-                "note": note or found.note, "winner": m.winner, "tie": list(m.tie),
+                "note": note or state.public(found.note), "winner": m.winner, "tie": list(m.tie),
                 "device": dict(m.device),
                 "timings": {**m.timings, **{k: {"skipped": v} for k, v in m.skipped.items()}}}
     sel = choose(problem, state.target(body.target), rules=state.loaded_rules(),
