@@ -244,12 +244,8 @@ def test_strongly_connected_finds_every_circle():
 # The circles that remain, each with who removes it. This list only shrinks: a circle not
 # listed fails the test, and so does a listed one that no longer exists (delete its entry).
 KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"convsel.policies.measured", "convsel.policies.predicted"}):
-        "H2: the measured->predicted fallback becomes an explicit composition",
     frozenset({"convsel.backends.opencl.runtime", "convsel.backends.opencl.tuner"}):
         "H27: the OpenCL tuner is handed its runtime",
-    frozenset({"convsel.onnx.planner", "convsel.onnx.summary"}):
-        "H2: the planner's types move where planner and summary both import them",
 }
 
 
