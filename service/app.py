@@ -25,7 +25,14 @@ from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
-from convsel import __version__, backends, load_rules, resolve_target
+from convsel import (
+    InvalidProblemError,
+    __version__,
+    arguments,
+    backends,
+    load_rules,
+    resolve_target,
+)
 
 from . import errors, openapi
 from .config import Settings
@@ -104,9 +111,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     s = state.settings
     rules = load_rules(s.heuristics)
     resolve_target(s.default_target, rules)   # an unknown default target refuses to start
-    if s.default_backend not in backends.BACKENDS:
-        raise ValueError(f"CONVSEL_DEFAULT_BACKEND={s.default_backend!r}: unknown backend; "
-                         f"known: {', '.join(backends.BACKENDS)}")
+    try:
+        arguments.backend(s.default_backend)
+    except InvalidProblemError as exc:   # named by the variable that set it
+        raise ValueError(f"CONVSEL_DEFAULT_BACKEND={s.default_backend!r}: {exc.rule}") from None
     state.rules = rules
     dumped = rules.model_dump(mode="json", exclude={"digest", "source"})
     state.rules_json = {"schema": dumped.pop("schema_"), **dumped}   # the file's own key

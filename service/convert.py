@@ -15,8 +15,16 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from convsel import ConvProblem, InvalidProblemError, Rules, choose
-from convsel.policies import POLICY_OPTIONS
+from convsel import (
+    BackendUnavailableError,
+    ConvProblem,
+    InvalidProblemError,
+    Rules,
+    arguments,
+    backends,
+    choose,
+)
+from convsel.policies import options_for
 
 from .errors import TooLargeError
 from .state import ServiceState
@@ -80,17 +88,23 @@ def json_body(model_name: str) -> dict[str, Any]:
 
 def selection_options(state: ServiceState, policy: str, backend: str | None,
                       device: str | None) -> dict[str, Any]:
-    """The policy's options: what the client gave, and the server's defaults for the options
-    the policy takes (measured and predicted: backend, device, tuning database)."""
-    options = {k: v for k, v in (("backend", backend), ("device", device)) if v is not None}
-    takes = POLICY_OPTIONS.get(policy, ())
-    if "backend" in takes:
-        options.setdefault("backend", state.settings.default_backend)
-    if "device" in takes:
-        options.setdefault("device", state.settings.opencl_device)
-    if "db" in takes and state.settings.tuning_db is not None:
-        options["db"] = state.settings.tuning_db
-    return options
+    """The policy's options: what the client gave (an option the policy does not take is
+    refused when the policy is built), and the server's defaults for the options the policy
+    takes (measured and predicted: backend, device, tuning database)."""
+    s = state.settings
+    return options_for(policy, {"backend": backend, "device": device},
+                       defaults={"backend": s.default_backend, "device": s.opencl_device,
+                                 "db": s.tuning_db})
+
+
+def backend_to_run(state: ServiceState, given: str | None) -> str:
+    """The request's backend, else the server's, if it can run here: a backend that cannot
+    (no OpenCL device) is 503, as when the library finds it so."""
+    backend = arguments.backend(given or state.settings.default_backend)
+    ready = backends.available(backend)
+    if not ready.ok:
+        raise BackendUnavailableError(ready.reason, backend=backend)
+    return backend
 
 
 def run_select(state: ServiceState, problem: ConvProblem, target: str | None, policy: str,
@@ -133,5 +147,5 @@ def _acl_answer(problem_json: str, target: str, rules: Rules) -> tuple[bytes, di
     return to_json(answer), labels
 
 
-__all__ = ["check_size", "json_body", "run_select", "select_json",
+__all__ = ["backend_to_run", "check_size", "json_body", "run_select", "select_json",
            "selection_options", "to_problem", "validate_body"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convsel import InvalidProblemError, backends
+from convsel import arguments
 from convsel.policies import stored_model
 from convsel.tuning import device_identity
 
@@ -16,10 +16,7 @@ def where(state: ServiceState, backend: str | None,
           device: str | None) -> tuple[str, Any, dict[str, str]]:
     """The request's backend and device, else the server's, with the device's identity."""
     s = state.settings
-    backend, device = backend or s.default_backend, device or s.opencl_device
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    backend, device = arguments.backend(backend or s.default_backend), device or s.opencl_device
     return backend, device, device_identity(backend, device)
 
 

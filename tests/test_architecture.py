@@ -302,6 +302,7 @@ def test_backends_never_read_the_rules():
 SERVICE_MAY_IMPORT = {
     "convsel": "choose/select/prepare/conv2d/find/plan, ConvProblem, Rules, the errors",
     "convsel.config": "the library's settings, which the service's Settings extend",
+    "convsel.arguments": "the front door's checks, for the server's own defaults and limits",
     "convsel.tuning": "the tuning store: open a database, its default, the device key",
     "convsel.learn": "fit and store the predicted policy's model",
     "convsel.policies": "the policies by name, their options, the model in use",

@@ -46,16 +46,7 @@ CHECKED_LISTS = {"BACKENDS": "convsel/arguments.py", "POLICIES": "convsel/polici
 
 # Service modules that still check for themselves (the service's part of issue 21): each
 # entry must go once the service calls convsel.arguments / get_policy; a stale entry fails.
-SERVICE_PENDING = {
-    ("service/app.py", "unknown backend"),
-    ("service/app.py", "BACKENDS"),
-    ("service/routes/find.py", "unknown backend"),
-    ("service/routes/find.py", "backend"),
-    ("service/routes/find.py", "BACKENDS"),
-    ("service/routes/fit.py", "unknown backend"),
-    ("service/routes/fit.py", "backend"),
-    ("service/routes/fit.py", "BACKENDS"),
-}
+SERVICE_PENDING: set[tuple[str, str]] = set()   # none left: it calls convsel.arguments
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:

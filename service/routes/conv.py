@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
-from convsel import ConvProblem, InvalidProblemError, prepare
+from convsel import ConvProblem, InvalidProblemError, WorkspaceLimitError, prepare
 
 from ..convert import check_size, to_problem, validate_body
 from ..errors import TooLargeError, responses
@@ -105,18 +105,20 @@ def _execute(job: Job, state: ServiceState) -> dict[str, Any]:
         _check_dtype(name, array, problem)
     s = state.settings
     start = time.perf_counter()
-    op = prepare(problem, tensors["w"], tensors.get("bias"),
+    try:
+        # "auto" chooses among what fits the server's limit; a named algorithm over it (or a
+        # fallback over it) is refused before it is built
+        op = prepare(problem, tensors["w"], tensors.get("bias"),
                      weights_layout=request.weights_layout, algorithm=request.algorithm,
                      backend=request.backend or s.default_backend,
                      target=state.target(request.target), device=s.opencl_device,
                      policy=request.policy, rules=state.loaded_rules(),
-                     # "auto" chooses among what fits the server's limit; a named algorithm
-                     # over it is refused below as too large
-                     max_workspace_bytes=(s.max_workspace_bytes if request.algorithm == "auto"
-                                          else None))
-    if op.workspace_bytes > s.max_workspace_bytes:
-        raise TooLargeError("problem", op.workspace_bytes, s.max_workspace_bytes,
-                            f"{op.algorithm} workspace bytes")
+                     max_workspace_bytes=s.max_workspace_bytes)
+    except WorkspaceLimitError as exc:   # the server's limit: too large, as its others are
+        if exc.needed is None:
+            raise
+        raise TooLargeError("problem", exc.needed, exc.limit,
+                            f"{exc.algorithm or 'algorithm'} workspace bytes") from exc
     y = op.run(tensors["x"])
     seconds = time.perf_counter() - start
     state.metrics.convolution(op.algorithm, op.backend, op.fallback is not None, seconds)

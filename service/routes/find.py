@@ -16,10 +16,10 @@ import anyio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
-from convsel import BackendUnavailableError, InvalidProblemError, backends, find
+from convsel import find
 
 from ..auth import TOKEN
-from ..convert import check_size, json_body, to_problem, validate_body
+from ..convert import backend_to_run, check_size, json_body, to_problem, validate_body
 from ..errors import responses
 from ..schemas import MAX_NAME, Backend, ProblemIn, integral
 from ..state import ServiceState, state_of
@@ -111,13 +111,7 @@ async def find_route(request: Request) -> Any:
 
 def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any]:
     s = state.settings
-    backend = body.backend or s.default_backend
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-    ready = backends.available(backend)
-    if not ready.ok:
-        raise BackendUnavailableError(ready.reason, backend=backend)
+    backend = backend_to_run(state, body.backend)
     limit = s.max_workspace_bytes if body.max_workspace_bytes is None else min(
         body.max_workspace_bytes, s.max_workspace_bytes)
     started = time.perf_counter()

@@ -21,7 +21,6 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from convsel import (
-    BackendUnavailableError,
     ConvProblem,
     TuningDatabaseError,
     __version__,
@@ -32,7 +31,7 @@ from convsel import (
 from convsel.tuning import IMPLEMENTATIONS_VERSION, TuningDB, device_identity, open_db
 
 from ..auth import TOKEN
-from ..convert import check_size, json_body, to_problem, validate_body
+from ..convert import backend_to_run, check_size, json_body, to_problem, validate_body
 from ..errors import responses
 from ..fitted import model_in_use
 from ..schemas import MAX_NAME, Backend, ProblemIn
@@ -220,11 +219,8 @@ _malloc_trim = _load_malloc_trim()
 
 def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
     s = state.settings
-    backend = body.backend or s.default_backend
+    backend = backend_to_run(state, body.backend)
     device = body.device if body.device is not None else s.opencl_device
-    ready = backends.available(backend)
-    if not ready.ok:
-        raise BackendUnavailableError(ready.reason, backend=backend)
     db, note = _database(state)
     started = time.perf_counter()
     entry = None if body.retune or db is None else db.lookup(
