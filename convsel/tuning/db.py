@@ -77,10 +77,12 @@ class TuningDB:
     Parameters
     ----------
     path : str or Path, optional
-        An SQLite file path (a missing file is created, with its directory) or a
-        ``postgresql://`` URL. Defaults to :func:`default_target`.
+        An SQLite file path or a ``postgresql://`` URL. Defaults to :func:`default_target`.
     timeout : float
         Seconds a write waits for another writer (SQLite) or for a connection (PostgreSQL).
+    create : bool
+        Create a missing SQLite file (and its directory). Reading callers pass False: a
+        mistyped path is then an error instead of a new, empty database.
 
     Attributes
     ----------
@@ -99,7 +101,8 @@ class TuningDB:
         credentials.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0,
+                 create: bool = True):
         target = path if path is not None else default_target()
         self.timeout = timeout
         self._store: Engine
@@ -110,7 +113,7 @@ class TuningDB:
             self.path: Path | str = self._store.location
         else:
             _refuse_mangled_url(target)
-            self._store = SQLiteEngine(target, timeout=timeout)
+            self._store = SQLiteEngine(target, timeout=timeout, create=create)
             self.path = self._store.path
 
     def __repr__(self) -> str:
@@ -141,6 +144,7 @@ class TuningDB:
         self._store.close()
 
     def _require_writable(self, what: str) -> None:
+        self._store.refresh()   # a volume remounted read-write again, a disk with room again
         if not self.writable:
             raise TuningDatabaseError(f"tuning database {self.location} is read-only "
                                       f"({self.read_only_reason}); {what}")
@@ -175,7 +179,9 @@ class TuningDB:
         """JSON-ready health (for /readyz, /v1/tuning and ``convsel db``): ``engine``,
         ``path`` (the SQLite file, or the PostgreSQL URL without its password: one key, so a
         service that hides host paths hides both), writable, entry and model counts, schema
-        version."""
+        version. A damaged store (SQLite's quick_check fails) raises TuningDatabaseError."""
+        self._store.refresh()
+        self._store.check_intact()
         count = self._store.rows("SELECT COUNT(*) FROM entries")[0][0]
         models = (self._store.rows("SELECT COUNT(*) FROM models")[0][0]
                   if self.schema_version >= 2 else 0)
@@ -339,12 +345,14 @@ _open: dict[tuple[int, str | Path], TuningDB] = {}
 _open_lock = threading.Lock()
 
 
-def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
+def open_db(db: TuningDB | str | os.PathLike[str] | None = None, *,
+            create: bool = True) -> TuningDB:
     """``db`` itself, or the (cached) database at that path or URL, or the default one.
 
     Cached per process (a forked child opens its own connections) and per path or URL.
     Raises TuningDatabaseError when the store cannot be used; a failure is not cached, so a
-    repaired file or a restarted server is picked up on the next call.
+    repaired file or a restarted server is picked up on the next call. ``create=False`` (for
+    callers that only read) refuses an SQLite file that does not exist yet.
     """
     if isinstance(db, TuningDB):
         return db
@@ -352,7 +360,7 @@ def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
     key: str | Path = str(target).strip() if is_url(target) else Path(target).expanduser()
     with _open_lock:
         if (os.getpid(), key) not in _open:
-            _open[(os.getpid(), key)] = TuningDB(key)
+            _open[(os.getpid(), key)] = TuningDB(key, create=create)
         return _open[(os.getpid(), key)]
 
 

@@ -151,9 +151,9 @@ def test_a_path_that_cannot_be_created_is_reported(tmp_path):
 
 def _readonly_connect(real):
     def connect(target: str, timeout: float, *, uri: bool) -> sqlite3.Connection:
-        if not uri:  # a read-write open gets what SQLite gives for an unwritable file
-            target, uri = f"file:{os.path.abspath(target)}?mode=ro", True
-        return real(target, timeout, uri=uri)
+        # a read-write open gets what SQLite gives for an unwritable file
+        return real(target.replace("mode=rwc", "mode=ro").replace("mode=rw", "mode=ro"),
+                    timeout, uri=uri)
     return connect
 
 
