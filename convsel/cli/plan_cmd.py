@@ -32,10 +32,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..onnx import plan
     from ..onnx.shapes import parse_input_shape
+    from ..policies import policy_options
 
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
     # a policy that does not take an option refuses it, naming those that do
     options = {k: v for k, v in (("backend", args.backend), ("db", args.db)) if v is not None}
+    if args.db is not None and "db" in policy_options(args.policy):
+        # reading: a mistyped path is an error, not a new empty store
+        from ..tuning.db import TuningDB
+
+        options["db"] = TuningDB(args.db, create=False)
     result = plan(args.model, args.target, args.policy, input_shapes=shapes,
                   fast_math=args.fast_math, layout=args.layout, rules=args.rules, **options)
     if args.json:

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from ..policies import choose
+from ..policies import choose, policy_options
+from ..tuning.db import TuningDB
 from .problem_args import add_problem_arguments, problem_from_args
 
 
@@ -33,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     given = (("backend", args.backend), ("device", _device(args.device)), ("db", args.db))
     # a policy that does not take an option refuses it, naming those that do
     options: dict[str, Any] = {k: v for k, v in given if v is not None}
+    if args.db is not None and "db" in policy_options(args.policy):
+        # reading: a mistyped path is an error, not a new empty store
+        options["db"] = TuningDB(args.db, create=False)
     sel = choose(problem, args.target, rules=args.rules, policy=args.policy,
                  max_workspace_bytes=args.max_workspace_bytes, **options)
     if args.json:

@@ -73,7 +73,7 @@ def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *
     """
     try:
         ident = identity(backend, device)
-        database = open_db(db)
+        database = open_db(db, create=bool(tune))   # a lookup never makes a store
         entry = database.lookup(problem, backend, ident)
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
         return _rules_answer(acl, "measured.db-unavailable",

@@ -50,7 +50,7 @@ def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None,
     """The model for ``backend``/``device`` in ``db``, or None with why not."""
     try:
         ident = identity(backend, device)
-        database = open_db(db)
+        database = open_db(db, create=False)   # a lookup never makes a store
         record = database.load_model(model_key(backend, ident))
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
         return None, f"tuning database unavailable ({exc})"

@@ -11,6 +11,7 @@ pytest.importorskip("onnx")
 from onnx_models import Chain, groups_chain, squeezenet_fire2_f16
 
 from convsel.cli import main
+from convsel.tuning.db import TuningDB
 
 
 @pytest.fixture
@@ -73,6 +74,7 @@ def test_not_onnx_file(tmp_path, capsys):
 def test_measured_policy_with_a_database_path(model_file, capsys, tmp_path):
     pytest.importorskip("convsel.policies.measured")
     db = str(tmp_path / "tuning.sqlite")
+    TuningDB(db)   # an empty store: plan reads it, never makes one
     assert main(["plan", model_file(groups_chain()), "--policy", "measured", "--db", db]) == 0
     out = capsys.readouterr().out
     assert "policy measured" in out and "measured 0 of 3 nodes" in out
