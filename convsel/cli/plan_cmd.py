@@ -6,6 +6,9 @@ import argparse
 import json
 from typing import Any
 
+from . import input_shapes
+from .input_shapes import add_input_shape_argument
+
 RULE_WIDTH = 28
 
 
@@ -14,9 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="cpu", help="cpu, cpu-nofp16, G77, Mali-G78AE ...")
     parser.add_argument("--policy", default="acl", help="acl (the rules), measured (the tuning "
                         "database) or predicted (the fitted model)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
-                        help="shape of a graph input that inference leaves unknown "
-                        "(repeatable), e.g. input=1,3,224,224")
+    add_input_shape_argument(parser, "shape of a graph input that inference leaves unknown "
+                             "(repeatable), e.g. input=1,3,224,224")
     parser.add_argument("--fast-math", action="store_true", help="ACL's enable_fast_math")
     parser.add_argument("--layout", default="NCHW", help="layout ACL runs in (ONNX is NCHW)")
     parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
@@ -31,10 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..onnx import plan
-    from ..onnx.shapes import parse_input_shape
     from ..policies import policy_options
 
-    shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    shapes = input_shapes.parse(args.input_shape)
     # a policy that does not take an option refuses it, naming those that do
     options = {k: v for k, v in (("backend", args.backend), ("db", args.db)) if v is not None}
     if args.db is not None and "db" in policy_options(args.policy):
@@ -42,8 +43,9 @@ def run(args: argparse.Namespace) -> int:
         from ..tuning.db import TuningDB
 
         options["db"] = TuningDB(args.db, create=False)
-    result = plan(args.model, args.target, args.policy, input_shapes=shapes,
-                  fast_math=args.fast_math, layout=args.layout, rules=args.rules, **options)
+    with input_shapes.named_for_the_command_line(args.input_shape):
+        result = plan(args.model, args.target, args.policy, input_shapes=shapes,
+                      fast_math=args.fast_math, layout=args.layout, rules=args.rules, **options)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

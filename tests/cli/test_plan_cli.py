@@ -52,8 +52,8 @@ def test_input_shape_override(model_file, capsys):
 
 @pytest.mark.parametrize("extra, words", [
     ([], "node 'c': the shape of input 'input' is (batch, 3, 32, 32)"),
-    (["--input-shape", "input"], "input_shape='input': expected NAME=D0,D1"),
-    (["--input-shape", "other=1,3,32,32"], "input_shapes='other': no tensor"),
+    (["--input-shape", "input"], "--input-shape='input': expected NAME=D0,D1"),
+    (["--input-shape", "other=1,3,32,32"], "--input-shape='other=1,3,32,32': no tensor"),
     (["--backend", "numpy"], "backend applies to policy measured or predicted"),
     (["--target", "G999"], "G999"),
 ])
