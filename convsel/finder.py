@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import algorithms, arguments
+from . import algorithms, arguments, tables
 from .errors import TuningDatabaseError
 from .problem import ConvProblem
 from .rules import Rules, as_rules
@@ -104,15 +104,15 @@ class FindResult:
         """The ranking as readable text."""
         lines = [f"problem  {self.problem}",
                  (f"backend  {self.backend} on {self.device.get('name', '?')}   ACL's rules "
-                  f"pick {self.acl}"),
-                 (f"{'#':>3} {'candidate':<16} {'status':<22} {'median ms':>10} "
-                  f"{'IQR ms':>9} {'runs':>5} {'workspace':>11}  reason")]
-        for r in self.results:
-            med = f"{r.median_s * 1e3:.4g}" if r.median_s is not None else "-"
-            iqr = f"{r.iqr_s * 1e3:.2g}" if r.iqr_s is not None else "-"
-            space = _size(r.workspace_bytes)
-            lines.append(f"{r.rank or '-':>3} {r.label:<16} {r.status:<22} {med:>10} {iqr:>9} "
-                         f"{r.runs or '-':>5} {space:>11}  {r.reason}")
+                  f"pick {self.acl}")]
+        rows = [(r.rank or "-", r.label, r.status,
+                 f"{r.median_s * 1e3:.4g}" if r.median_s is not None else "-",
+                 f"{r.iqr_s * 1e3:.2g}" if r.iqr_s is not None else "-",
+                 r.runs or "-", _size(r.workspace_bytes), r.reason) for r in self.results]
+        # columns as wide as their widest cell: a long variant label keeps its row in line
+        lines.append(tables.render(("#", "candidate", "status", "median ms", "IQR ms", "runs",
+                                    "workspace", "reason"), rows,
+                                   right={"#", "median ms", "IQR ms", "runs", "workspace"}))
         verdict = (f"winner {self.winner}" if self.winner else
                    f"tie {'/'.join(self.tie)}" if self.tie else "nothing ran")
         lines.append(verdict + ("" if self.complete else " (the time budget cut it short)"))

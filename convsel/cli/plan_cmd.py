@@ -6,10 +6,9 @@ import argparse
 import json
 from typing import Any
 
+from .. import tables
 from . import input_shapes
 from .input_shapes import add_input_shape_argument
-
-RULE_WIDTH = 28
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,10 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast-math", action="store_true", help="ACL's enable_fast_math")
     parser.add_argument("--layout", default="NCHW", help="layout ACL runs in (ONNX is NCHW)")
     parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
-    parser.add_argument("--backend", default=None, help="measured/predicted: whose timings or "
-                        "model")
-    parser.add_argument("--db", default=None, help="measured/predicted: tuning database "
-                        "path")
+    parser.add_argument("--backend", default=None,
+                        help="measured/predicted: whose timings or model (default numpy)")
+    parser.add_argument("--db", default=None, metavar="PATH", help="measured/predicted: "
+                        "tuning database (default: $CONVSEL_TUNING_DB or the user data dir)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print each node's deciding reason")
@@ -57,20 +56,16 @@ def render(d: dict[str, Any], verbose: bool = False) -> str:
     """The plan as a table: one row per Conv, then notes and the summary."""
     m = d["model"]
     inputs = ", ".join(f"{k} {v}" for k, v in m["inputs"].items())
-    header = (f"{'node':<24} {'input NCHW -> K':<22} {'kernel':<20} {'method':<12} "
-              f"{'algorithm':<14} {'rule':<{RULE_WIDTH}} {'activation':<22} time")
     lines = [(f"model    {m['graph'] or '?'} ({m['producer'] or 'unknown producer'}), opset "
               f"{m['opset']}, inputs: {inputs}"),
              f"target   {d['target']}   policy {d['policy']}   rules {d['rules']['version']}",
-             "", header]
-    for n in d["nodes"]:
-        p = n["problem"]
-        lines.append(f"{_cut(n['name'], 24):<24} {_io(p):<22} {_kernel(p):<20} "
-                     f"{n['method']:<12} {n['algorithm'] + _tile(n):<14} "
-                     f"{_cut(n['rule'], RULE_WIDTH):<{RULE_WIDTH}} {n['activation'] or '-':<22} "
-                     f"{_time(n['time'])}")
-        if verbose:
-            lines.append(f"{'':<24} {n['reason']}")
+             ""]
+    headers = ["node", "input NCHW -> K", "kernel", "method", "algorithm", "rule",
+               "activation", "time"] + (["reason"] if verbose else [])
+    rows = [[n["name"], _io(n["problem"]), _kernel(n["problem"]), n["method"],
+             n["algorithm"] + _tile(n), n["rule"], n["activation"] or "-", _time(n["time"])]
+            + ([n["reason"]] if verbose else []) for n in d["nodes"]]
+    lines.append(tables.render(headers, rows))
     lines += _notes(d)
     lines.append("")
     lines.append(_summary(d["summary"], d["policy"]))
@@ -103,10 +98,6 @@ def _time(t: dict[str, Any] | None) -> str:
     if not t or t.get("median_ms") is None:
         return "-"
     return f"{t['median_ms']:.3g} ms"
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "~"
 
 
 def _notes(d: dict[str, Any]) -> list[str]:

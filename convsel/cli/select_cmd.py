@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from .. import tables
 from ..policies import choose, policy_options
 from ..tuning.db import TuningDB
 from .problem_args import add_problem_arguments, problem_from_args
@@ -46,13 +47,16 @@ def run(args: argparse.Namespace) -> int:
         print(sel.explain())
         ranking = (sel.measurement or {}).get("ranking") if sel.source == "model" else None
         if ranking:
-            print("predicted (ms, likely range):")
-            for r in ranking:
-                print(f"  {r['label']:<18} " + (
-                    f"{r['predicted_ms']:10.4g}  [{r['low_ms']:.3g} .. {r['high_ms']:.3g}]"
-                    if r["predicted_ms"] is not None else "not predicted: the model never saw "
-                    "this algorithm timed"))
+            print("predicted:")
+            print(tables.render(("candidate", "ms", "likely range (ms)"),
+                                [_predicted_row(r) for r in ranking], right={"ms"}))
     return 0
+
+
+def _predicted_row(r: dict[str, Any]) -> tuple[str, str, str]:
+    if r["predicted_ms"] is None:
+        return r["label"], "-", "not predicted: the model never saw this algorithm timed"
+    return r["label"], f"{r['predicted_ms']:.4g}", f"{r['low_ms']:.3g} .. {r['high_ms']:.3g}"
 
 
 def _device(value: str | None) -> int | str | None:

@@ -61,4 +61,5 @@ def _from_model(problem: ConvProblem, target: Target, rules: Rules, acl: Selecti
         return dataclasses.replace(sel, trace=(*sel.trace[:-1], note, sel.trace[-1]))
     return dataclasses.replace(sel, trace=(*sel.trace[:-1], TraceStep(
         "measured.no-entry", False, f"{missing.reason}, and {sel.trace[-1].reason} (run "
-        "`convsel tune` or select with tune=True to measure it)")))
+        "`convsel tune`, or choose(..., policy=\"measured\", tune=True) or prepare/conv2d "
+        "with tune=\"auto\", to measure it)")))
