@@ -58,6 +58,7 @@ def test_the_shortlist_is_the_models_top_k_and_acls_pick(db):
 
 def test_no_model_no_shortlist_and_why(tmp_path):
     rules = as_rules(None)
+    TuningDB(tmp_path / "empty.sqlite")   # made empty: a lookup never makes one
     found, why = shortlist(P, resolve_target("cpu", rules), rules, top=2,
                            db=tmp_path / "empty.sqlite")
     assert found is None and "no model" in why and "answered from" not in why
