@@ -6,6 +6,7 @@ from ._version import __version__
 from .activation import Activation
 from .errors import (
     BackendUnavailableError,
+    ConversionWarning,
     ConvselError,
     FallbackWarning,
     InvalidProblemError,
@@ -27,6 +28,7 @@ __all__ = [
     "BackendUnavailableError",
     "Candidate",
     "ConvProblem",
+    "ConversionWarning",
     "ConvselError",
     "FallbackWarning",
     "InvalidProblemError",

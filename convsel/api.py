@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from . import algorithms, arguments, execute
+from . import algorithms, arguments, execute, interop
 from .errors import InvalidProblemError, UnsupportedError
 from .layouts import nchw_to_nhwc, nhwc_to_nchw, ohwi_shape
 from .policies import decide, get_policy, options_for
@@ -64,6 +64,12 @@ class PreparedConv:
         """
         if _is_device_array(x):
             return self._run_device(x, out, queue, wait_for, shape)
+        if interop.is_foreign(x):   # a torch tensor, a JAX or CuPy array, ...
+            given = interop.host_array("x", x)
+            y = interop.result(self.run(given.array, out=out, queue=queue, wait_for=wait_for),
+                               given)
+            interop.say([given.note], y)
+            return y
         p = self.problem
         x = _check_input(p, x)
         if out is not None:
@@ -104,6 +110,7 @@ def _check_input(p: ConvProblem, x: Any) -> np.ndarray:
         raise InvalidProblemError("x", x.shape, f"expected shape {p.input_shape} "
                                   f"({p.layout}) for this problem")
     arguments.float_array("x", x, x.ndim)
+    interop.say_dtype(x, arguments.NUMPY_DTYPES[p.dtype])   # float64 in: said, not silent
     return x.astype(arguments.NUMPY_DTYPES[p.dtype], copy=False)
 
 
@@ -149,7 +156,10 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     backend = arguments.backend(backend)
     max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
     layout = arguments.weights_layout(weights_layout)
-    w_ohwi, b = arguments.weights(problem, w, layout), arguments.bias(problem, bias)
+    given = [interop.host_array("w", w), interop.host_array("bias", bias)]
+    interop.say([g.note for g in given])
+    w_ohwi = arguments.weights(problem, given[0].array, layout)
+    b = arguments.bias(problem, given[1].array)
     asked = arguments.algorithm_params(params, tile)
     # the policy's own options when given; where it runs, when the policy takes it
     chosen = get_policy(policy, **options_for(
@@ -173,7 +183,10 @@ def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: A
                         dilation: Any = 1, groups: int | None = None, activation: Any = None,
                         fast_math: bool = False, weights_layout: str = "OHWI",
                         layout: str = "NHWC") -> ConvProblem:
-    """The ConvProblem that ``x`` and ``w`` describe (groups inferred from w's channels)."""
+    """The ConvProblem that ``x`` and ``w`` describe (groups inferred from w's channels).
+    Arrays of other libraries (DLPack or ``__array__``) are read as :func:`conv2d` reads
+    them."""
+    x, w = interop.host_array("x", x).array, interop.host_array("w", w).array
     if not _is_device_array(x):
         arguments.float_array("x", x, 4)
     elif getattr(x, "ndim", None) != 4 or not np.issubdtype(x.dtype, np.floating):
@@ -206,17 +219,23 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
            groups: int | None = None, device: Any = None, policy: str = "acl",
            rules: Rules | str | None = None, db: Any = None,
            max_workspace_bytes: int | None = None, tune: bool | str = False,
-           tune_budget_s: float | None = None) -> np.ndarray:
+           tune_budget_s: float | None = None) -> Any:
     """Convolve ``x`` (NHWC, or NCHW with ``layout="NCHW"``) with ``w``; same layout out.
 
     float16 input runs as F16 (half in and out, float32 accumulation); any other float dtype
-    runs as F32. See :func:`prepare` for ``algorithm``, ``backend``, fallbacks,
+    runs as F32, and a float64 x says so (a :class:`~convsel.errors.ConversionWarning`: the
+    result is float32). Arrays of other libraries that export DLPack or ``__array__`` (a
+    PyTorch CPU tensor, JAX, CuPy) are read as numpy, and the result is the caller's kind
+    where that costs no copy (else numpy); a ConversionWarning says what was converted.
+    See :func:`prepare` for ``algorithm``, ``backend``, fallbacks,
     ``max_workspace_bytes`` and ``tune``. With ``backend="opencl"``, a
     ``pyopencl.array.Array`` x gives one back (see :meth:`PreparedConv.run`). PyTorch's
     ``F.conv2d(x, w)`` is ``conv2d(x, w, layout="NCHW", weights_layout="OIHW")``.
     """
     if device is None and _is_device_array(x):     # x's device: its context must be op's
         device = cast(Any, x).context.devices[0]
+    given = [interop.host_array(n, v) for n, v in (("x", x), ("w", w), ("bias", bias))]
+    x, w, bias = (g.array for g in given)
     try:
         problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
                                       groups=groups, activation=activation,
@@ -228,7 +247,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
                  backend=backend, target=target, device=device, policy=policy, rules=rules,
                  db=db, max_workspace_bytes=max_workspace_bytes, tune=tune,
                  tune_budget_s=tune_budget_s)
-    y: np.ndarray = op.run(x)
+    y = interop.result(op.run(x), given[0])
+    interop.say([g.note for g in given], y)
     return y
 
 

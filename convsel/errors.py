@@ -86,3 +86,8 @@ class TuningDatabaseError(ConvselError):
 
 class FallbackWarning(UserWarning):
     """convsel ran something other than what was asked (another backend), and says why."""
+
+
+class ConversionWarning(UserWarning):
+    """convsel converted an argument or its result (another library's array read as numpy,
+    float64 computed as float32), and says what."""
