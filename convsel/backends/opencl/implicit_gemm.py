@@ -21,14 +21,13 @@ from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
 from . import program as prog
+from .launch import Step, bind
 from .prepared import (
     NUMPY_DTYPES,
     BufferPlan,
     OpenCLKernel,
-    Step,
     bias_buffer,
     bias_options,
-    bind,
     check_plan,
     io_plan,
     plan_verdict,
