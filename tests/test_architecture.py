@@ -241,23 +241,10 @@ def test_strongly_connected_finds_every_circle():
     assert set(strongly_connected(graph)) == {frozenset("ab"), frozenset("cde")}
 
 
-# The circles that remain, each with who removes it. This list only shrinks: a circle not
-# listed fails the test, and so does a listed one that no longer exists (delete its entry).
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"convsel.backends.opencl.runtime", "convsel.backends.opencl.tuner"}):
-        "H27: the OpenCL tuner is handed its runtime",
-}
-
-
 def test_no_import_circle():
     """Module by module, function-level, TYPE_CHECKING and string imports included."""
-    circles = set(strongly_connected(_graph()))
-    print("known circles still allowed:", *(f"  {sorted(c)}: {who}"
-                                             for c, who in KNOWN_CIRCLES.items()), sep="\n")
-    new = [sorted(c) for c in circles - set(KNOWN_CIRCLES)]
-    gone = [sorted(c) for c in set(KNOWN_CIRCLES) - circles]
-    assert new == [], f"import circles: {new}"
-    assert gone == [], f"these circles are gone: delete them from KNOWN_CIRCLES: {gone}"
+    circles = [sorted(c) for c in strongly_connected(_graph())]
+    assert circles == [], f"import circles: {circles}"
 
 
 LAYERS = ["selection", "policies", "api", "execute", "tuning", "backends"]
