@@ -8,12 +8,14 @@ times. :func:`conv2d` is prepare + run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
 from . import algorithms, arguments, execute, interop
+from .backends import Placement, Preference
 from .errors import InvalidProblemError, UnsupportedError
 from .layouts import nchw_to_nhwc, nhwc_to_nchw, ohwi_shape
 from .policies import decide, get_policy, options_for
@@ -29,7 +31,9 @@ class PreparedConv:
 
     ``method`` is ACL's name for what runs, ``algorithm`` convsel's implementation,
     ``backend`` where it runs, ``fallback`` why that differs from what was asked (or None),
-    ``workspace_bytes`` the memory the algorithm needs beyond input, weights and output.
+    ``passed_over`` each backend of a preference list that did not run it, with the reason
+    (ArmNN's "layer not supported by backend X"), ``workspace_bytes`` the memory the
+    algorithm needs beyond input, weights and output.
     """
 
     problem: ConvProblem
@@ -40,6 +44,7 @@ class PreparedConv:
     selection: Selection | None
     fallback: str | None
     kernel: Any
+    passed_over: tuple[str, ...] = ()
 
     @property
     def workspace_bytes(self) -> int:
@@ -127,7 +132,8 @@ def _check_output(p: ConvProblem, out: Any) -> None:
 
 
 def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None, *,
-            weights_layout: str = "OHWI", algorithm: str = "auto", backend: str = "numpy",
+            weights_layout: str = "OHWI", algorithm: str = "auto",
+            backend: str | Sequence[str] | Preference = "numpy",
             target: str = "cpu", device: Any = None, policy: str = "acl",
             rules: Rules | str | None = None, tile: tuple[int, int] | None = None,
             params: dict[str, Any] | None = None, db: Any = None,
@@ -141,6 +147,14 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     On the OpenCL backend, a missing driver, a failed build or an unsupported method falls
     back to numpy with a :class:`FallbackWarning`; ``fallback`` on the result says why.
 
+    ``backend`` may list several backends in order of preference (``["opencl", "numpy"]``,
+    ``"opencl:1,numpy"`` with a device index, or ``"auto"``: every backend available here),
+    as ArmNN's ``backendPreferences``: the first that supports the problem with the chosen
+    algorithm runs it, and ``passed_over`` (and a :class:`FallbackWarning`) names the others
+    with their reasons; none is an :class:`UnsupportedError` giving every reason. With
+    ``policy="measured"`` or ``"predicted"`` the policy compares the backends instead and
+    runs the fastest (:mod:`convsel.policies.across`); the selection names it.
+
     ``max_workspace_bytes`` runs the best algorithm whose workspace on ``backend`` fits (the
     policy's choice if it does; the selection's trace names what was excluded); a named
     algorithm over the limit (or a numpy fallback over it) raises
@@ -153,7 +167,8 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     """
     problem = arguments.runnable(arguments.problem(problem))
     algorithm = arguments.algorithm(algorithm)
-    backend = arguments.backend(backend)
+    order = arguments.backends(backend)
+    device = arguments.device_beside(order, device)
     max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
     layout = arguments.weights_layout(weights_layout)
     given = [interop.host_array("w", w), interop.host_array("bias", bias)]
@@ -164,19 +179,27 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     # the policy's own options when given; where it runs, when the policy takes it
     chosen = get_policy(policy, **options_for(
         policy, {"db": db, "tune": tune or None, "tune_budget_s": tune_budget_s},
-        defaults={"backend": backend, "device": device}))
+        defaults={"backend": order, "device": device}))
     loaded = as_rules(rules)
     on = resolve_target(target, loaded)
     selection = None if algorithm != "auto" else decide(
         problem, on, loaded, chosen, max_workspace_bytes=max_workspace_bytes,
-        workspace_backend=backend)
+        workspace_backend=order.first.backend if order.single else None)
     name = selection.algorithm if selection else algorithm
     method = selection.method if selection else algorithms.method_for(name, on.is_gpu)
     resolved = execute.resolve(name, problem, loaded,
                                {**selection.params, **asked} if selection else asked)
-    kernel, used, why = execute.build(problem, name, resolved, backend, w_ohwi, b, device,
-                                      max_workspace_bytes=max_workspace_bytes)
-    return PreparedConv(problem, method, name, used, resolved, selection, why, kernel)
+    built = execute.build_first(problem, name, resolved, _chosen_first(order, selection),
+                                w_ohwi, b, device, max_workspace_bytes=max_workspace_bytes)
+    return PreparedConv(problem, method, name, built.backend, resolved, selection,
+                        built.fallback, built.kernel, built.passed_over)
+
+
+def _chosen_first(order: Preference, selection: Selection | None) -> list[Placement]:
+    """The backends to try, in order: the one a policy chose among them first."""
+    entries = list(order)
+    chosen = [e for e in entries if selection is not None and str(e) == selection.backend]
+    return chosen + [e for e in entries if e not in chosen]
 
 
 def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: Any = 0,
@@ -215,8 +238,8 @@ def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: A
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride: Any = (1, 1),
            pad: Any = 0, dilation: Any = (1, 1), activation: Any = None,
            fast_math: bool = False, weights_layout: str = "OHWI", algorithm: str = "auto",
-           backend: str = "numpy", target: str = "cpu", *, layout: str = "NHWC",
-           groups: int | None = None, device: Any = None, policy: str = "acl",
+           backend: str | Sequence[str] | Preference = "numpy", target: str = "cpu", *,
+           layout: str = "NHWC", groups: int | None = None, device: Any = None, policy: str = "acl",
            rules: Rules | str | None = None, db: Any = None,
            max_workspace_bytes: int | None = None, tune: bool | str = False,
            tune_budget_s: float | None = None) -> Any:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from . import algorithms
 from .errors import InvalidProblemError, UnsupportedError
 from .layouts import WEIGHTS_LAYOUTS, ohwi_shape, weights_to_ohwi
 from .problem import ConvProblem
+
+if TYPE_CHECKING:
+    from .backends import Placement, Preference
 
 # The numpy dtype each runnable problem dtype computes in (the others are selection-only).
 NUMPY_DTYPES: dict[str, type[np.floating[Any]]] = {"F32": np.float32, "F16": np.float16}
@@ -55,18 +58,72 @@ def runnable(p: ConvProblem) -> ConvProblem:
     return p
 
 
-def backend(value: Any) -> str:
-    """The backend to run, time or estimate on: one of :data:`convsel.backends.BACKENDS`.
+def backends(value: Any) -> Preference:
+    """A backend argument, read: THE one reading of every backend argument of the library.
 
-    Every backend argument of the library is read here, so that a richer form of it (an
-    ordered list of backends to try) is one change to this function and its callers' types.
+    ``value`` is a backend name (``"numpy"``), a name with a device index (``"opencl:1"``),
+    several in order of preference as a list (``["opencl", "numpy"]``) or a comma-separated
+    string (``"opencl,numpy"``, the command line's and the service's spelling), ``"auto"``
+    (every backend available here, in :data:`convsel.backends.BACKENDS` order), or a
+    :class:`~convsel.backends.Preference` already read.
     """
-    from .backends import BACKENDS  # the names only: no backend module is imported
+    from .backends import BACKENDS, Placement, Preference, available
 
-    if not isinstance(value, str) or value not in BACKENDS:
-        raise InvalidProblemError("backend", value,
-                                  f"unknown backend; known: {', '.join(BACKENDS)}")
-    return value
+    if isinstance(value, Preference):
+        return value
+    if isinstance(value, str) and value.strip() == "auto":
+        return Preference(tuple(Placement(n) for n in BACKENDS if available(n).ok), auto=True)
+    items = value.split(",") if isinstance(value, str) else value
+    if not (isinstance(items, (list, tuple)) and items and all(isinstance(i, str)
+                                                                for i in items)):
+        _unknown_backend(value)
+    entries = tuple(_placement(str(i).strip(), value) for i in items)
+    if len(set(entries)) != len(entries):
+        raise InvalidProblemError("backend", value, "names a backend twice; list each "
+                                  "backend (and device) once, in order of preference")
+    return Preference(entries)
+
+
+def _unknown_backend(value: Any) -> NoReturn:
+    from .backends import BACKENDS
+
+    raise InvalidProblemError("backend", value, f"unknown backend; known: {', '.join(BACKENDS)} "
+                              "(a name, name:device-index, a list of them in order of "
+                              "preference, or auto)")
+
+
+def _placement(item: str, value: Any) -> Placement:
+    from .backends import BACKENDS, Placement
+
+    name, colon, index = item.partition(":")
+    if name not in BACKENDS:
+        _unknown_backend(value)
+    if not colon:
+        return Placement(name)
+    if not index.isdigit():
+        raise InvalidProblemError("backend", value, f"{item!r}: the device after ':' is an "
+                                  "index, a whole number >= 0 (as `convsel devices` lists them)")
+    return Placement(name, int(index))
+
+
+def backend(value: Any) -> str:
+    """One backend, by name, where a list has no meaning (what to tune or fit, whose
+    workspace to estimate): :func:`backends` of exactly one name without a device index."""
+    chosen = backends(value)
+    if len(chosen) != 1 or chosen.first.device is not None:
+        raise InvalidProblemError("backend", value, "takes one backend name here, its device "
+                                  "as an argument of its own")
+    return chosen.first.backend
+
+
+def device_beside(chosen: Preference, device: Any) -> Any:
+    """``device`` (checked by the backend that opens it), unless the backend argument already
+    names a device index: one place says which device, not two."""
+    indexed = [str(e) for e in chosen if e.device is not None]
+    if indexed and device is not None:
+        raise InvalidProblemError("device", device, f"the backend argument names the device "
+                                  f"already ({', '.join(indexed)}); give it in one place")
+    return device
 
 
 def workspace_limit(value: Any) -> int | None:

@@ -38,7 +38,9 @@ class Selection:
     ``method`` is ACL's ConvolutionMethod name, ``algorithm`` the convsel implementation that
     runs it, ``rule`` the id of the rule that decided, ``trace`` every rule in evaluation order
     and ``candidates`` every method's validate() verdict. ``params`` carries choices such as
-    the Winograd output tile. ``source`` is "rules" or "tuning-db".
+    the Winograd output tile. ``source`` is "rules" or "tuning-db". ``backend`` names where
+    it runs when the policy chose among several backends (``"opencl"``, ``"opencl:1"``);
+    None when the caller's one backend runs it.
     """
 
     method: str
@@ -54,6 +56,7 @@ class Selection:
     rules_digest: str = ""
     fallback: str | None = None      # why the algorithm differs from the method's own, if it does
     measurement: Mapping[str, Any] | None = None
+    backend: str | None = None
 
     @property
     def reason(self) -> str:
@@ -62,7 +65,8 @@ class Selection:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "method": self.method, "algorithm": self.algorithm, "rule": self.rule,
+            "method": self.method, "algorithm": self.algorithm, "backend": self.backend,
+            "rule": self.rule,
             "reason": self.reason, "target": self.target, "policy": self.policy,
             "source": self.source,
             "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params.items()},
@@ -76,7 +80,8 @@ class Selection:
         """Readable text: the answer, then each rule and each candidate."""
         lines = [f"method     {self.method}", f"algorithm  {self.algorithm}"
                  + (f"  ({', '.join(f'{k}={v}' for k, v in self.params.items())})"
-                    if self.params else ""),
+                    if self.params else "")
+                 + (f"  on {self.backend}" if self.backend else ""),
                  f"target     {self.target}   policy {self.policy} ({self.source})",
                  f"decided by {self.rule}: {self.reason}"]
         if self.fallback:

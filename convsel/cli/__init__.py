@@ -59,6 +59,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 # command runs by the library's one check of that argument.
 CHECKED_FLAGS: dict[str, Any] = {
     "backend": arguments.backend,
+    "backends": arguments.backends,   # a command that takes several (plan --backend)
     "max_workspace_bytes": arguments.workspace_limit,
     "top": arguments.top,
     "budget": lambda value: arguments.seconds("budget", value),

@@ -21,8 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast-math", action="store_true", help="ACL's enable_fast_math")
     parser.add_argument("--layout", default="NCHW", help="layout ACL runs in (ONNX is NCHW)")
     parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
-    parser.add_argument("--backend", default=None,
-                        help="measured/predicted: whose timings or model (default numpy)")
+    parser.add_argument("--backend", dest="backends", default=None, metavar="BACKENDS",
+                        help="where the Convs run: a backend, or several in order of "
+                        "preference (opencl,numpy; opencl:1 names a device; auto); prints each "
+                        "Conv's backend and the host-device switches. measured/predicted: "
+                        "whose timings or model (default numpy)")
     parser.add_argument("--db", default=None, metavar="PATH", help="measured/predicted: "
                         "tuning database (default: $CONVSEL_TUNING_DB or the user data dir)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     shapes = input_shapes.parse(args.input_shape)
     # a policy that does not take an option refuses it, naming those that do
-    options = {k: v for k, v in (("backend", args.backend), ("db", args.db)) if v is not None}
+    options = {k: v for k, v in (("db", args.db),) if v is not None}
     if args.db is not None and "db" in policy_options(args.policy):
         # reading: a mistyped path is an error, not a new empty store
         from ..tuning.db import TuningDB
@@ -44,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         options["db"] = TuningDB(args.db, create=False)
     with input_shapes.named_for_the_command_line(args.input_shape):
         result = plan(args.model, args.target, args.policy, input_shapes=shapes,
-                      fast_math=args.fast_math, layout=args.layout, rules=args.rules, **options)
+                      fast_math=args.fast_math, layout=args.layout, rules=args.rules,
+                      backend=args.backends, **options)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -67,9 +71,31 @@ def render(d: dict[str, Any], verbose: bool = False) -> str:
             + ([n["reason"]] if verbose else []) for n in d["nodes"]]
     lines.append(tables.render(headers, rows))
     lines += _notes(d)
+    lines += _placement(d)
     lines.append("")
     lines.append(_summary(d["summary"], d["policy"]))
     return "\n".join(lines)
+
+
+def _placement(d: dict[str, Any]) -> list[str]:
+    """Planned over backends: each Conv's backend and algorithm, its host-device copies, the
+    backends passed over, and the model's switches."""
+    placed = d.get("placement")
+    if not placed:
+        return []
+    s = d["summary"]
+    lines = ["", f"backends {', '.join(placed['backends'])}: {placed['assignment']}"]
+    for n in d["nodes"]:
+        copies = [w for w, on in (("copy in", n["copies"]["in"]), ("copy out",
+                                                                    n["copies"]["out"])) if on]
+        lines.append(f"  {n['name']:<24} {n['backend'] or 'none':<10} "
+                     f"{n['algorithm'] + _tile(n):<18} {', '.join(copies)}")
+        lines += [f"  {'':<24} passed over: {why}" for why in n["passed_over"]]
+    spent = (f" ({s['transfer_ms']:.3g} ms of copies)" if s.get("transfer_ms") is not None
+             else "")
+    lines.append(f"switches {s['switches']} host-device copies{spent}; "
+                 + ", ".join(f"{b} {k}" for b, k in s["backends"].items()))
+    return lines
 
 
 def _io(p: dict[str, Any]) -> str:

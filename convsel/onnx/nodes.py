@@ -30,7 +30,14 @@ class Runnable:
 
 @dataclass(frozen=True)
 class NodePlan:
-    """One Conv node's answer. ``acl`` is ACL's rules' answer when the policy is not "acl"."""
+    """One Conv node's answer. ``acl`` is ACL's rules' answer when the policy is not "acl".
+
+    Planned over backends (``backend=`` of :func:`convsel.plan`), ``backend`` is where it
+    runs (None: no backend of the list supports it), ``passed_over`` the backends it does
+    not run on with why, and ``copies`` whether its input is copied in and its output out
+    between host and device; ``produces`` names the tensor its result (after a fused
+    activation) is read from.
+    """
 
     name: str
     index: int
@@ -42,6 +49,10 @@ class NodePlan:
     activation_node: str | None = None
     fusion_note: str | None = None
     acl: Selection | None = None
+    produces: str = ""
+    backend: str | None = None
+    passed_over: tuple[str, ...] = ()
+    copies: tuple[bool, bool] = (False, False)
 
     @property
     def near_misses(self) -> list[dict[str, str]]:
@@ -66,6 +77,8 @@ class NodePlan:
             "near_misses": self.near_misses, "runnable": self.runnable.to_dict(),
             "flops": self.problem.flops, "time": self.time,
             "trace": [step.to_dict() for step in s.trace],
+            "backend": self.backend, "passed_over": list(self.passed_over),
+            "copies": {"in": self.copies[0], "out": self.copies[1]},
         }
         if self.acl is not None:
             out["acl"] = {"method": self.acl.method, "algorithm": self.acl.algorithm,

@@ -6,17 +6,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import arguments
 from .._version import __version__
+from ..backends import Preference
 from ..errors import ConvselError, InvalidProblemError, UnsupportedError
-from ..policies import Policy, decide, get_policy
+from ..policies import Policy, decide, get_policy, options_for
 from ..problem import LAYOUTS
 from ..rules import Rules, as_rules
 from ..selection import acl_selection
 from ..targets import Target, resolve_target
+from .assign import place
 from .errors import PlanError
 from .fusion import GraphIndex, fused_activation, node_label
 from .mapping import Skip, conv_problem
 from .nodes import NodePlan, Skipped
+from .placement import Flow, data_flow
 from .reader import DEFAULT_DOMAINS, ModelSource, default_opset, load_model
 from .shapes import TensorInfo, infer
 from .summary import runnable, summarize
@@ -35,13 +39,15 @@ class ModelPlan:
     nodes: tuple[NodePlan, ...]
     skipped: tuple[Skipped, ...]
     rules: Rules
+    placement: Mapping[str, Any] | None = None   # planned over backends: order, switches
 
     @property
     def summary(self) -> dict[str, Any]:
-        return summarize(self.nodes, self.skipped)
+        return summarize(self.nodes, self.skipped, self.placement)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": dict(self.model), "target": self.target, "policy": self.policy,
+                "placement": None if self.placement is None else dict(self.placement),
                 "summary": self.summary, "nodes": [n.to_dict() for n in self.nodes],
                 "skipped": [s.to_dict() for s in self.skipped],
                 "rules": {"version": self.rules.version, "digest": self.rules.digest},
@@ -51,6 +57,7 @@ class ModelPlan:
 def plan(model: ModelSource, target: str | Target = "cpu", policy: str = "acl", *,
          input_shapes: Mapping[str, Sequence[int]] | None = None, fast_math: bool = False,
          layout: str = "NCHW", rules: Rules | str | None = None,
+         backend: str | Sequence[str] | Preference | None = None, device: Any = None,
          **policy_options: Any) -> ModelPlan:
     """Plan every 2-D ``Conv`` of an ONNX model: the method, algorithm and deciding rule.
 
@@ -71,6 +78,15 @@ def plan(model: ModelSource, target: str | Target = "cpu", policy: str = "acl", 
         ACL's ``enable_fast_math`` for every node (off by default, as in ACL's graph API).
     layout : {"NCHW", "NHWC"}
         The layout ACL runs the model in; ONNX itself is NCHW.
+    backend : str or list, optional
+        Where the Convs run, as for :func:`convsel.prepare`: one backend (a Conv it does
+        not support goes to numpy), or several in order of preference (``"opencl,numpy"``,
+        ``"auto"``). With policy "acl" each Conv goes to the first that supports it
+        (ArmNN's ``backendPreferences``); "measured" and "predicted" take each backend's
+        timings or model and pick the assignment with the least total time, host↔device
+        copies included (:mod:`convsel.onnx.placement`). Each node names its backend, the
+        summary the host↔device switches. The backend (and ``device``) go to a policy
+        that takes them.
 
     Returns
     -------
@@ -89,7 +105,10 @@ def plan(model: ModelSource, target: str | Target = "cpu", policy: str = "acl", 
     resolved = resolve_target(target, loaded)
     if str(layout).upper() not in LAYOUTS:
         raise InvalidProblemError("layout", layout, f"known: {', '.join(LAYOUTS)}")
-    chosen = _policy(policy, policy_options)
+    order = None if backend is None else arguments.backends(backend)
+    if order is not None:
+        device = arguments.device_beside(order, device)
+    chosen = _policy(policy, policy_options, {"backend": order, "device": device})
     proto = load_model(model)
     info = _model_info(proto)
     tensors = infer(proto, input_shapes)
@@ -119,7 +138,18 @@ def plan(model: ModelSource, target: str | Target = "cpu", policy: str = "acl", 
         raise PlanError("the model has no 2-D Conv node to plan"
                         + (f" ({reasons})" if reasons else ""),
                         value=info.get("graph"))
-    return ModelPlan(info, resolved.name, policy, tuple(nodes), tuple(skipped), loaded)
+    if order is None:
+        return ModelPlan(info, resolved.name, policy, tuple(nodes), tuple(skipped), loaded)
+    placed, placement = place(nodes, order, device, chosen, resolved, loaded,
+                              _flow(proto.graph, nodes, index))
+    return ModelPlan(info, resolved.name, policy, placed, tuple(skipped), loaded, placement)
+
+
+def _flow(graph: Any, nodes: Sequence[NodePlan], index: GraphIndex) -> Flow:
+    consumers = {tensor: [name for name, _ in readers]
+                 for tensor, readers in index.consumers.items()}
+    return data_flow([n.inputs[0] for n in nodes], [n.produces for n in nodes], consumers,
+                     index.outputs)
 
 
 def _plan_node(node: Any, i: int, name: str, tensors: Mapping[str, TensorInfo],
@@ -136,13 +166,21 @@ def _plan_node(node: Any, i: int, name: str, tensors: Mapping[str, TensorInfo],
     return NodePlan(
         name=name, index=i, inputs=tuple(node.input), output=node.output[0], problem=problem,
         selection=chosen, runnable=runnable(chosen.method, problem, rules, dict(chosen.params)),
-        activation_node=fusion.node, fusion_note=fusion.note, acl=None if by_rules else acl)
+        activation_node=fusion.node, fusion_note=fusion.note, acl=None if by_rules else acl,
+        produces=_produces(node, fusion.node, index))
 
 
-def _policy(name: str, options: Mapping[str, Any]) -> Policy:
-    """The policy every node is asked, its name and options checked once for the model."""
+def _produces(node: Any, activation: str | None, index: GraphIndex) -> str:
+    """The tensor a Conv's result is read from: its fused activation's output, if any."""
+    fused = [n for name, n in index.consumers.get(node.output[0], []) if name == activation]
+    return str(fused[0].output[0]) if fused else str(node.output[0])
+
+
+def _policy(name: str, options: Mapping[str, Any], placed: Mapping[str, Any]) -> Policy:
+    """The policy every node is asked, its name and options checked once for the model; the
+    backend and device where the policy takes them."""
     try:
-        return get_policy(name, **options)
+        return get_policy(name, **options_for(name, options, defaults=placed))
     except ImportError as exc:
         raise UnsupportedError(f"policy {name!r} needs convsel's tuning database "
                                f"(convsel.tuning), which cannot be imported here ({exc}); "

@@ -25,6 +25,7 @@ from ..targets import Target, resolve_target
 from .acl import AclPolicy
 
 if TYPE_CHECKING:
+    from ..backends import Placement
     from ..learn.stored import StoredModel
 
 
@@ -127,6 +128,27 @@ def get_policy(name: str, **options: Any) -> Policy:
                                       f"{', '.join(takes) or 'no options'}" + (
                                           f"; {option} applies to policy "
                                           f"{' or '.join(takers)}" if takers else ""))
+    if "backend" not in options:
+        return _built(cls, options)
+    chosen = arguments.backends(options["backend"])
+    device = arguments.device_beside(chosen, options.get("device"))
+    rest = {k: v for k, v in options.items() if k not in ("backend", "device")}
+    if chosen.single:
+        return _built(cls, {**rest, **_placement(chosen.first, device)})
+    from .across import AcrossPolicy  # several backends compared: only when asked
+
+    return AcrossPolicy(tuple((str(e), _built(cls, {**rest, **_placement(e, device)}))
+                              for e in chosen))
+
+
+def _placement(entry: Placement, device: Any) -> dict[str, Any]:
+    """The options that put a policy on ``entry``: its backend, and its device when one is
+    named (by the entry's index or beside the argument)."""
+    placed = entry.device_or(device)
+    return {"backend": entry.backend, **({} if placed is None else {"device": placed})}
+
+
+def _built(cls: type[Any], options: Mapping[str, Any]) -> Policy:
     policy: Policy = cls(**{k: arguments.check(k, v) for k, v in options.items()})
     return policy
 
@@ -173,7 +195,8 @@ def decide(problem: ConvProblem, target: Target, rules: Rules, policy: Policy, *
     sel = policy.choose(problem, target, rules)
     if max_workspace_bytes is None:
         return sel
-    backend = workspace_backend or getattr(policy, "backend", None)
+    placed = sel.backend.partition(":")[0] if sel.backend else None   # chosen among several
+    backend = workspace_backend or placed or getattr(policy, "backend", None)
     return limit_workspace(sel, problem, target, rules, max_workspace_bytes, backend,
                            _measured_ranking(sel, problem, rules))
 

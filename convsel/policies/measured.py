@@ -167,7 +167,7 @@ def _measurement(entry: TuningEntry, label: str, path: str) -> dict[str, Any]:
     for name, t in entry.timings.items():
         if "median_s" in t:
             timings[name] = {"median_ms": t["median_s"] * 1e3, "iqr_ms": t["iqr_s"] * 1e3,
-                             "runs": t["runs"]}
+                             "runs": t["runs"], "clock": t.get("clock")}
         else:
             timings[name] = {k: t[k] for k in ("error", "skipped") if k in t}
     return {"chosen": label, "winner": entry.winner, "tie": list(entry.tie),

@@ -54,7 +54,8 @@ def test_input_shape_override(model_file, capsys):
     ([], "node 'c': the shape of input 'input' is (batch, 3, 32, 32)"),
     (["--input-shape", "input"], "--input-shape='input': expected NAME=D0,D1"),
     (["--input-shape", "other=1,3,32,32"], "--input-shape='other=1,3,32,32': no tensor"),
-    (["--backend", "numpy"], "backend applies to policy measured or predicted"),
+    (["--db", "t.sqlite"], "db applies to policy measured or predicted"),
+    (["--backend", "numpy,cuda"], "unknown backend; known: numpy, opencl"),
     (["--target", "G999"], "G999"),
 ])
 def test_errors_are_one_line(model_file, capsys, extra, words):
