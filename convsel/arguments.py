@@ -102,7 +102,7 @@ def _placement(item: str, value: Any) -> Placement:
         return Placement(name)
     if not index.isdigit():
         raise InvalidProblemError("backend", value, f"{item!r}: the device after ':' is an "
-                                  "index, a whole number >= 0 (as `convsel devices` lists them)")
+                                  "index, a whole number >= 0 (as `convsel backends` lists them)")
     return Placement(name, int(index))
 
 

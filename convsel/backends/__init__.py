@@ -152,3 +152,12 @@ def supports_on(algorithm: str, p: Any, params: Mapping[str, Any], backend: str,
         return failed(f"{backend} device {device!r} cannot be opened: {exc}")
     verdict: Verdict = module.supports(p, dict(params), runtime)
     return verdict if not verdict.ok else passed(f"{backend} runs {algorithm}")
+
+
+def capabilities(transfers: bool = False) -> list[dict[str, Any]]:
+    """What each backend and device supports (dtypes, F16, fp64, tensor cores,
+    device-resident arrays), JSON-ready; ``transfers`` measures each device's host↔device
+    copy cost too. See :mod:`convsel.backends.capability`."""
+    from .capability import capabilities as report  # opens each device: only when asked
+
+    return report(transfers)

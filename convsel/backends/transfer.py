@@ -33,9 +33,9 @@ class TransferCost:
 
     def seconds(self, nbytes: int) -> float:
         """One copy of ``nbytes``; nothing to copy costs nothing."""
-        if nbytes <= 0 or math.isinf(self.bytes_per_s):
+        if nbytes <= 0:
             return 0.0
-        return self.latency_s + nbytes / self.bytes_per_s
+        return self.latency_s + nbytes / self.bytes_per_s   # x / inf is 0.0: latency alone
 
     def to_dict(self) -> dict[str, Any]:
         return {"latency_ms": self.latency_s * 1e3,

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("convsel.cli.db_cmd", "the tuning database: path, list, export, import"),
     "report": ("convsel.cli.report_cmd", "each policy's pick against the fastest, per layer"),
     "devices": ("convsel.cli.devices_cmd", "OpenCL platforms and devices with their limits"),
+    "backends": ("convsel.cli.backends_cmd", "each backend and device with what it supports"),
     "tune-cl": ("convsel.cli.tune_cl_cmd", "tune OpenCL local work sizes; write the tuning file"),
 }
 

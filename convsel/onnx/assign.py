@@ -26,7 +26,7 @@ def place(nodes: Sequence[NodePlan], order: Preference, device: Any, policy: Pol
           target: Target, rules: Rules, flow: Flow) -> tuple[tuple[NodePlan, ...],
                                                              dict[str, Any]]:
     """``nodes`` placed on ``order``'s backends, and the placement's model-level facts."""
-    spaces = {str(e): e.space(device) for e in order}
+    spaces = {str(e): e.space(device) for e in _order_for(order)}
     if isinstance(policy, AcrossPolicy):
         placed, transfers, how = _fastest(nodes, policy, target, rules, flow, spaces)
     else:
