@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..problem import ConvProblem
-from . import BACKENDS, DEVICE_RESIDENT, IMPLEMENTATIONS, available
+from .registry import BACKENDS, DEVICE_RESIDENT, IMPLEMENTATIONS, available
 
 DTYPES = ("F32", "F16")   # what every backend runs; the quantized dtypes are selection-only
 _F16 = ConvProblem(1, 1, 1, 1, 1, 1, 1, dtype="F16")
@@ -45,14 +45,14 @@ def _numpy_devices(transfers: bool) -> list[dict[str, Any]]:
 
 
 def _opencl_devices(transfers: bool) -> list[dict[str, Any]]:
-    from . import opencl
+    from .opencl import device_info, get_runtime
     from .opencl.program import half_mode
     from .opencl.runtime import all_devices
     from .transfer import transfer_cost
 
     out = []
     for index, device in enumerate(all_devices()):
-        info = opencl.device_info(device)
+        info = device_info(device)
         entry: dict[str, Any] = {"index": index, "name": info["name"], "type": info["type"],
                                  "vendor": info["vendor"], "driver": info["driver"],
                                  "compute_units": info["compute_units"],
@@ -60,7 +60,7 @@ def _opencl_devices(transfers: bool) -> list[dict[str, Any]]:
                                  "fp16": info["fp16"], "fp64": info["fp64"],
                                  "tensor_cores": _tensor_cores(), "transfer": None}
         try:
-            runtime = opencl.get_runtime(index)
+            runtime = get_runtime(index)
             mode = half_mode(_F16, runtime)
             entry["f16"] = ("native half arithmetic (cl_khr_fp16)" if mode == "native" else
                             "half storage, float32 arithmetic (no cl_khr_fp16, or "

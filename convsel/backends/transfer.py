@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import DEVICE_RESIDENT, backend_module
+from .registry import DEVICE_RESIDENT, backend_module
 
 
 @dataclass(frozen=True)
