@@ -131,6 +131,10 @@ def build_first(p: ConvProblem, algorithm: str, params: Mapping[str, Any],
     passed: list[str] = []
     refused_by_limit = 0
     for entry in order:
+        implemented = backends.implemented(algorithm, entry.backend)
+        if not implemented.ok:   # said before any workspace limit, which has no estimate then
+            passed.append(f"not supported by backend {entry}: {implemented.reason}")
+            continue
         try:
             require_workspace(algorithm, p, params, entry.backend, max_workspace_bytes)
             kernel = build_on(p, algorithm, params, entry.backend, w_ohwi, bias,

@@ -279,3 +279,42 @@ def test_the_copy_cost_is_measured_on_the_device_and_nothing_on_the_host():
     assert link.latency_s >= 0 and 0 < link.bytes_per_s < math.inf
     assert link.seconds(8 << 20) > link.seconds(4 << 10) > 0
     assert transfer_cost("opencl") is link          # once per device and process
+
+
+def test_a_backend_whose_workspace_is_over_the_limit_is_passed_over_for_the_next():
+    """winograd 4x4 needs less workspace on OpenCL than on numpy: a limit between the two
+    passes numpy over, saying so, and runs on OpenCL."""
+    big = ConvProblem(1, 56, 56, 64, 64, 3, 3, pad=1)
+    on_cl = convsel.algorithms.workspace_bytes("winograd", big, {"tile": (4, 4)}, "opencl")
+    on_np = convsel.algorithms.workspace_bytes("winograd", big, {"tile": (4, 4)}, "numpy")
+    assert on_cl < on_np
+    w = np.zeros(big.weights_shape, np.float32)
+    with pytest.warns(FallbackWarning, match="not run by backend numpy: winograd:4x4 on numpy"):
+        op = convsel.prepare(big, w, algorithm="winograd", tile=(4, 4),
+                             backend=["numpy", "opencl"], max_workspace_bytes=on_cl)
+    assert op.backend == "opencl" and "over the limit" in op.passed_over[0]
+    with pytest.raises(convsel.WorkspaceLimitError, match="no backend of numpy, opencl"):
+        convsel.prepare(big, w, algorithm="winograd", tile=(4, 4),
+                        backend=["numpy", "opencl"], max_workspace_bytes=on_cl - 1)
+
+
+def test_predictions_compare_as_timings_do():
+    """The predicted policy's answers carry the model's predicted time of its pick: those are
+    compared, a device's copies added, as measured medians are."""
+    from convsel.policies.across import choose_across, estimate
+
+    acl = convsel.select(A)
+
+    def predicted(algorithm: str, ms: float) -> convsel.Selection:
+        return dataclasses.replace(acl, algorithm=algorithm, params={}, source="model",
+                                   measurement={"model": {"id": "m1"}, "ranking": [
+                                       {"label": algorithm, "predicted_ms": ms}]})
+
+    link = TransferCost(1e-4, 1e10, "given")
+    numpy_says = estimate("numpy", "numpy", predicted("im2col_gemm", 2.0), link)
+    opencl_says = estimate("opencl", "opencl", predicted("direct", 0.5), link)
+    assert numpy_says.how == "predicted by model m1" and numpy_says.host_call_s(A) == 2e-3
+    sel = choose_across(A, [numpy_says, opencl_says], {})
+    assert (sel.backend, sel.algorithm, sel.source) == ("opencl", "direct", "model")
+    slow = dataclasses.replace(opencl_says, transfer=TransferCost(1e-3, 1e10, "given"))
+    assert choose_across(A, [numpy_says, slow], {}).backend == "numpy"

@@ -19,9 +19,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 from convsel import find
 
 from ..auth import TOKEN
-from ..convert import backend_to_run, check_size, json_body, to_problem, validate_body
+from ..convert import backends_to_run, check_size, json_body, to_problem, validate_body
 from ..errors import responses
-from ..schemas import MAX_NAME, Backend, ProblemIn, integral
+from ..schemas import MAX_NAME, BackendList, ProblemIn, integral
 from ..state import ServiceState, state_of
 from ..timing import MAX_BUDGET_S, timing_slot
 
@@ -42,8 +42,10 @@ class FindRequest(BaseModel):
     target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra={
         "x-convsel": "target"}, description="the ACL target whose rules' pick is "
         "reported beside the ranking; default: the server's")
-    backend: Backend | None = Field(  # type: ignore[valid-type]
-        None, description="default: the server's")
+    backend: BackendList | None = Field(
+        None, description="where to time (default: the server's); several are timed and "
+        "ranked together, a device's candidates with the copies of x and y its clock left "
+        "out (transfer_ms); winner and tie then read backend/label")
     budget_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S,
                             description="stop timing after about this many seconds")
     max_workspace_bytes: Bytes | None = Field(
@@ -58,6 +60,7 @@ class FindRequest(BaseModel):
 
 class FindEntryOut(BaseModel):
     rank: int | None
+    backend: str | None = Field(None, description="where it ran, when several were timed")
     label: str
     algorithm: str
     params: dict[str, Any]
@@ -70,6 +73,8 @@ class FindEntryOut(BaseModel):
     pruned: bool
     clock: str | None = Field(None, description="what the times are: device (profiling "
                               "events, OpenCL) or wall (the host's clock around the call)")
+    transfer_ms: float | None = Field(None, description="several backends: the copies of x "
+                                      "in and y out that a device clock leaves out")
     workspace_bytes: int | None
 
 
@@ -87,6 +92,9 @@ class FindResponse(BaseModel):
     database: str | None
     narrowed: str | None = Field(None, description="with top: what was timed, or why every "
                                  "candidate was")
+    passed_over: list[str] = Field([], description="backends of the list not timed, with why")
+    devices: dict[str, dict[str, str]] = Field({}, description="several backends: each one's "
+                                              "device")
     results: list[FindEntryOut]
     elapsed_s: float
 
@@ -111,12 +119,12 @@ async def find_route(request: Request) -> Any:
 
 def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any]:
     s = state.settings
-    backend = backend_to_run(state, body.backend)
+    backend, device = backends_to_run(state, body.backend)
     limit = s.max_workspace_bytes if body.max_workspace_bytes is None else min(
         body.max_workspace_bytes, s.max_workspace_bytes)
     started = time.perf_counter()
     target = s.default_target if body.target is None else body.target
-    result = find(problem, backend=backend, device=s.opencl_device, target=target,
+    result = find(problem, backend=backend, device=device, target=target,
                   rules=state.loaded_rules(),
                   max_workspace_bytes=limit, store=body.store, db=s.tuning_db,
                   budget_s=body.budget_s, top=body.top)
