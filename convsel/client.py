@@ -189,7 +189,7 @@ def selection_from_dict(d: Mapping[str, Any]) -> Selection:
         params=_tuples(d.get("params")), policy=d.get("policy", "acl"),
         source=d.get("source", "rules"), rules_version=rules.get("version", ""),
         rules_digest=rules.get("digest", ""), fallback=d.get("fallback"),
-        measurement=d.get("measurement"))
+        measurement=d.get("measurement"), backend=d.get("backend"))
 
 
 def _seconds(ms: float | None) -> float | None:
@@ -204,14 +204,17 @@ def find_result_from_dict(d: Mapping[str, Any]) -> FindResult:
         status=r["status"], reason=r["reason"], workspace_bytes=r.get("workspace_bytes"),
         median_s=_seconds(r.get("median_ms")), iqr_s=_seconds(r.get("iqr_ms")),
         min_s=_seconds(r.get("min_ms")), runs=int(r.get("runs") or 0),
-        pruned=bool(r.get("pruned")), rank=r.get("rank"), clock=r.get("clock"))
+        pruned=bool(r.get("pruned")), rank=r.get("rank"), clock=r.get("clock"),
+        backend=r.get("backend"), transfer_s=_seconds(r.get("transfer_ms")))
         for r in d["results"])
     return FindResult(
         problem=ConvProblem.from_dict(d["problem"]), backend=d["backend"],
         device=dict(d.get("device") or {}), results=entries, winner=d.get("winner"),
         tie=tuple(d.get("tie") or ()), acl=d["acl"], complete=bool(d["complete"]),
         max_workspace_bytes=d.get("max_workspace_bytes"), stored=bool(d.get("stored")),
-        note=d.get("note"), database=d.get("database"), narrowed=d.get("narrowed"))
+        note=d.get("note"), database=d.get("database"), narrowed=d.get("narrowed"),
+        passed_over=tuple(d.get("passed_over") or ()),
+        devices={k: dict(v) for k, v in (d.get("devices") or {}).items()})
 
 
 def _batch(d: Mapping[str, Any]) -> list[Selection | ConvselError]:

@@ -68,6 +68,13 @@ def test_select_is_the_librarys_selection(client, target):
     assert sel.explain() == convsel.select(P, target).explain()
 
 
+def test_select_over_a_backend_list_names_the_backend(client):
+    # the server's empty database: the rules' answer on the first backend that supports it
+    sel = client.select(P, "cpu", policy="measured", backend="opencl,numpy")
+    assert (sel.backend, sel.rule) == ("opencl", "across.first-supported")
+    assert sel.algorithm == convsel.select(P, "cpu").algorithm
+
+
 def test_select_batch_gives_selections_and_errors_in_order(client):
     batch = client.select_batch([P, {**P.to_dict(), "pad": 7}], "cpu")
     assert batch[0] == convsel.select(P, "cpu")
