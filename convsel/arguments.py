@@ -19,7 +19,9 @@ Three kinds are judged where their facts live, each by one function too:
 
 This module imports nothing above :mod:`convsel.selection`. The one list of backend names is
 :data:`convsel.backends.BACKENDS`, read only when a backend argument is checked, so that a
-selection without one loads no backend code.
+selection without one loads no backend code. Every backend argument is read by
+:func:`backends` (one name, ``name:device-index``, a list in order of preference, or
+"auto"); :func:`backend` is its one-name form, where a list has no meaning.
 """
 
 from __future__ import annotations
