@@ -20,6 +20,7 @@ function ``convsel.find`` on the package the first time it is imported.)
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -257,14 +258,18 @@ def _find_across(p: ConvProblem, order: Preference, device: Any, target: Target,
     devices: dict[str, Mapping[str, str]] = {}
     notes: list[str] = []
     measured: list[Measurement] = []
-    for entry in order:
+    deadline = None if timing.budget_s is None else time.monotonic() + timing.budget_s
+    for i, entry in enumerate(order):
         place, on = str(entry), entry.device_or(device)
         ready = backends.available(entry.backend)
+        # the budget is the whole call's: each backend gets its share of what is left
+        share = None if deadline is None else max(deadline - time.monotonic(), 1e-3) / (
+            len(order) - i)
         try:
             if not ready.ok:
                 raise UnsupportedError(ready.reason, backend=entry.backend)
             shortlist, narrowed = _narrow(p, target, timing.rules, top, entry.backend, on, db)
-            m = timing.measure(p, entry.backend, on, shortlist)
+            m = replace(timing, budget_s=share).measure(p, entry.backend, on, shortlist)
             copy = transfer_cost(entry.backend, on)
         except (UnsupportedError, KernelBuildError) as exc:
             passed.append(f"{place}: {exc}")

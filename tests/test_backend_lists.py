@@ -318,3 +318,21 @@ def test_predictions_compare_as_timings_do():
     assert (sel.backend, sel.algorithm, sel.source) == ("opencl", "direct", "model")
     slow = dataclasses.replace(opencl_says, transfer=TransferCost(1e-3, 1e10, "given"))
     assert choose_across(A, [numpy_says, slow], {}).backend == "numpy"
+
+
+def test_find_over_two_backends_shares_one_time_budget(monkeypatch):
+    import convsel.finder as finder
+
+    budgets: list[float] = []
+    real = finder.measure
+
+    def recording(*args, budget_s=None, **kwargs):
+        budgets.append(budget_s)
+        return real(*args, budget_s=budget_s, **kwargs)
+
+    monkeypatch.setattr(finder, "measure", recording)
+    fast = TimingSettings(warmup=0, min_runs=1, min_time=0.0, max_runs=1, rounds=1)
+    convsel.find(P, backend="numpy,opencl", settings=fast, budget_s=2.0)
+    # the first backend gets half; the second what is left of the whole (not 2 s again)
+    assert len(budgets) == 2 and budgets[0] == pytest.approx(1.0, abs=0.05)
+    assert budgets[1] < 2.0
