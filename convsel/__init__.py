@@ -6,6 +6,7 @@ from ._version import __version__
 from .activation import Activation
 from .errors import (
     BackendUnavailableError,
+    ConversionWarning,
     ConvselError,
     FallbackWarning,
     InvalidProblemError,
@@ -14,6 +15,7 @@ from .errors import (
     TuningDatabaseError,
     UnknownTargetError,
     UnsupportedError,
+    WorkspaceLimitError,
 )
 from .policies import choose
 from .problem import ConvProblem
@@ -26,6 +28,7 @@ __all__ = [
     "BackendUnavailableError",
     "Candidate",
     "ConvProblem",
+    "ConversionWarning",
     "ConvselError",
     "FallbackWarning",
     "InvalidProblemError",
@@ -38,6 +41,7 @@ __all__ = [
     "TuningDatabaseError",
     "UnknownTargetError",
     "UnsupportedError",
+    "WorkspaceLimitError",
     "__version__",
     "choose",
     "conv2d",

@@ -8,21 +8,21 @@ times. :func:`conv2d` is prepare + run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
-from . import algorithms, backends, execute
+from . import algorithms, arguments, execute, interop
+from .backends import Placement, Preference
 from .errors import InvalidProblemError, UnsupportedError
-from .layouts import WEIGHTS_LAYOUTS, nchw_to_nhwc, nhwc_to_nchw, ohwi_shape, weights_to_ohwi
-from .policies import POLICY_OPTIONS, choose
+from .layouts import nchw_to_nhwc, nhwc_to_nchw, ohwi_shape
+from .policies import decide, get_policy, options_for
 from .problem import ConvProblem
 from .rules import Rules, as_rules
 from .selection import Selection
 from .targets import resolve_target
-
-_NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16}
 
 
 @dataclass
@@ -31,7 +31,9 @@ class PreparedConv:
 
     ``method`` is ACL's name for what runs, ``algorithm`` convsel's implementation,
     ``backend`` where it runs, ``fallback`` why that differs from what was asked (or None),
-    ``workspace_bytes`` the memory the algorithm needs beyond input, weights and output.
+    ``passed_over`` each backend of a preference list that did not run it, with the reason
+    (ArmNN's "layer not supported by backend X"), ``workspace_bytes`` the memory the
+    algorithm needs beyond input, weights and output.
     """
 
     problem: ConvProblem
@@ -42,6 +44,7 @@ class PreparedConv:
     selection: Selection | None
     fallback: str | None
     kernel: Any
+    passed_over: tuple[str, ...] = ()
 
     @property
     def workspace_bytes(self) -> int:
@@ -66,6 +69,12 @@ class PreparedConv:
         """
         if _is_device_array(x):
             return self._run_device(x, out, queue, wait_for, shape)
+        if interop.is_foreign(x):   # a torch tensor, a JAX or CuPy array, ...
+            given = interop.host_array("x", x)
+            y = interop.result(self.run(given.array, out=out, queue=queue, wait_for=wait_for),
+                               given)
+            interop.say([given.note], y)
+            return y
         p = self.problem
         x = _check_input(p, x)
         if out is not None:
@@ -105,9 +114,9 @@ def _check_input(p: ConvProblem, x: Any) -> np.ndarray:
     if x.shape != p.input_shape:
         raise InvalidProblemError("x", x.shape, f"expected shape {p.input_shape} "
                                   f"({p.layout}) for this problem")
-    if not np.issubdtype(x.dtype, np.floating):
-        raise InvalidProblemError("x", str(x.dtype), "must be a floating-point array")
-    return x.astype(_NUMPY_DTYPES[p.dtype], copy=False)
+    arguments.float_array("x", x, x.ndim)
+    interop.say_dtype(x, arguments.NUMPY_DTYPES[p.dtype])   # float64 in: said, not silent
+    return x.astype(arguments.NUMPY_DTYPES[p.dtype], copy=False)
 
 
 def _check_output(p: ConvProblem, out: Any) -> None:
@@ -116,39 +125,15 @@ def _check_output(p: ConvProblem, out: Any) -> None:
     if out.shape != p.output_shape:
         raise InvalidProblemError("out", out.shape, f"expected shape {p.output_shape} "
                                   f"({p.layout}) for this problem")
-    if out.dtype != _NUMPY_DTYPES[p.dtype]:
-        raise InvalidProblemError("out", str(out.dtype), f"must be "
-                                  f"{np.dtype(_NUMPY_DTYPES[p.dtype]).name} for this "
-                                  f"{p.dtype} problem")
-
-
-def _check_weights(p: ConvProblem, w: Any, layout: str, bias: Any) -> tuple[np.ndarray,
-                                                                           np.ndarray | None]:
-    if layout not in WEIGHTS_LAYOUTS:
-        raise InvalidProblemError("weights_layout", layout,
-                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
-    if not isinstance(w, np.ndarray) or w.ndim != 4:
-        raise InvalidProblemError("w", getattr(w, "shape", type(w).__name__),
-                                  "expected a 4-D numpy array")
-    if not np.issubdtype(w.dtype, np.floating):
-        raise InvalidProblemError("w", str(w.dtype), "must be a floating-point array")
-    if ohwi_shape(w.shape, layout) != p.weights_shape:
-        raise InvalidProblemError("w", w.shape, f"{layout} weights for this problem must hold "
-                                  f"K={p.k}, KH={p.kh}, KW={p.kw}, C/groups={p.c // p.groups}")
-    dtype = _NUMPY_DTYPES[p.dtype]
-    w_ohwi = weights_to_ohwi(w, layout).astype(dtype, copy=False)
-    if bias is None:
-        return w_ohwi, None
-    if not isinstance(bias, np.ndarray) or bias.shape != (p.k,):
-        raise InvalidProblemError("bias", getattr(bias, "shape", type(bias).__name__),
-                                  f"expected a 1-D array of K={p.k} values")
-    if not np.issubdtype(bias.dtype, np.floating):
-        raise InvalidProblemError("bias", str(bias.dtype), "must be a floating-point array")
-    return w_ohwi, np.ascontiguousarray(bias, dtype=dtype)
+    dtype = arguments.NUMPY_DTYPES[p.dtype]
+    if out.dtype != dtype:
+        raise InvalidProblemError("out", str(out.dtype), f"must be {np.dtype(dtype).name} for "
+                                  f"this {p.dtype} problem")
 
 
 def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None, *,
-            weights_layout: str = "OHWI", algorithm: str = "auto", backend: str = "numpy",
+            weights_layout: str = "OHWI", algorithm: str = "auto",
+            backend: str | Sequence[str] | Preference = "numpy",
             target: str = "cpu", device: Any = None, policy: str = "acl",
             rules: Rules | str | None = None, tile: tuple[int, int] | None = None,
             params: dict[str, Any] | None = None, db: Any = None,
@@ -162,85 +147,76 @@ def prepare(problem: ConvProblem, w: np.ndarray, bias: np.ndarray | None = None,
     On the OpenCL backend, a missing driver, a failed build or an unsupported method falls
     back to numpy with a :class:`FallbackWarning`; ``fallback`` on the result says why.
 
+    ``backend`` may list several backends in order of preference (``["opencl", "numpy"]``,
+    ``"opencl:1,numpy"`` with a device index, or ``"auto"``: every backend available here),
+    as ArmNN's ``backendPreferences``: the first that supports the problem with the chosen
+    algorithm runs it, and ``passed_over`` (and a :class:`FallbackWarning`) names the others
+    with their reasons; none is an :class:`UnsupportedError` giving every reason. With
+    ``policy="measured"`` or ``"predicted"`` the policy compares the backends instead and
+    runs the fastest (:mod:`convsel.policies.across`); the selection names it.
+
     ``max_workspace_bytes`` runs the best algorithm whose workspace on ``backend`` fits (the
     policy's choice if it does; the selection's trace names what was excluded); a named
-    algorithm over the limit raises :class:`UnsupportedError`. With ``policy="measured"``,
-    ``tune="auto"`` times the candidates the first time a problem is seen on this device
-    (within about ``tune_budget_s`` seconds), records them in the tuning database (``db``)
-    and reuses them after, like ``torch.backends.cudnn.benchmark = True``.
+    algorithm over the limit (or a numpy fallback over it) raises
+    :class:`~convsel.errors.WorkspaceLimitError` before it is built (its weights
+    transformed). With ``policy="measured"``, ``tune="auto"`` times the candidates the first
+    time a problem is seen on this device (within about ``tune_budget_s`` seconds), records
+    them in the tuning database (``db``) and reuses them after, like
+    ``torch.backends.cudnn.benchmark = True``. ``db``, ``tune`` and ``tune_budget_s`` are the
+    policy's options: a policy that does not take one refuses it.
     """
-    if not isinstance(problem, ConvProblem):
-        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
-    if problem.dtype not in _NUMPY_DTYPES:
-        raise UnsupportedError(f"dtype {problem.dtype} is selection-only: convsel runs F32 and "
-                               "F16 convolutions")
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-    if (tune or tune_budget_s is not None) and policy != "measured":
-        raise InvalidProblemError("tune", tune, "tuning on first use needs "
-                                  "policy=\"measured\" (it records and reads its timings)")
-    w_ohwi, b = _check_weights(problem, w, weights_layout, bias)
+    problem = arguments.runnable(arguments.problem(problem))
+    algorithm = arguments.algorithm(algorithm)
+    order = arguments.backends(backend)
+    device = arguments.device_beside(order, device)
+    max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
+    layout = arguments.weights_layout(weights_layout)
+    given = [interop.host_array("w", w), interop.host_array("bias", bias)]
+    interop.say([g.note for g in given])
+    w_ohwi = arguments.weights(problem, given[0].array, layout)
+    b = arguments.bias(problem, given[1].array)
+    asked = arguments.algorithm_params(params, tile)
+    # the policy's own options when given; where it runs, when the policy takes it
+    chosen = get_policy(policy, **options_for(
+        policy, {"db": db, "tune": tune or None, "tune_budget_s": tune_budget_s},
+        defaults={"backend": order, "device": device}))
     loaded = as_rules(rules)
-    asked = {**(params or {}), **({"tile": tuple(tile)} if tile is not None else {})}
-    context = {"backend": backend, "device": device, "db": db,
-               "tune": tune or None, "tune_budget_s": tune_budget_s}
-    selection, name, resolved = _choose(problem, algorithm, target, policy, loaded, context,
-                                        asked, max_workspace_bytes)
-    method = (selection.method if selection else
-              algorithms.method_for(name, resolve_target(target, loaded).is_gpu))
-    kernel, used, why = execute.build(problem, name, resolved, backend, w_ohwi, b, device)
-    return PreparedConv(problem, method, name, used, resolved, selection, why, kernel)
+    on = resolve_target(target, loaded)
+    selection = None if algorithm != "auto" else decide(
+        problem, on, loaded, chosen, max_workspace_bytes=max_workspace_bytes,
+        workspace_backend=order.first.backend if order.single else None)
+    name = selection.algorithm if selection else algorithm
+    method = selection.method if selection else algorithms.method_for(name, on.is_gpu)
+    resolved = execute.resolve(name, problem, loaded,
+                               {**selection.params, **asked} if selection else asked)
+    built = execute.build_first(problem, name, resolved, _chosen_first(order, selection),
+                                w_ohwi, b, device, max_workspace_bytes=max_workspace_bytes)
+    return PreparedConv(problem, method, name, built.backend, resolved, selection,
+                        built.fallback, built.kernel, built.passed_over)
 
 
-def _choose(p: ConvProblem, algorithm: str, target: str, policy: str, rules: Rules,
-            context: dict[str, Any], asked: dict[str, Any], max_workspace: int | None,
-            ) -> tuple[Selection | None, str, dict[str, Any]]:
-    backend = context["backend"]
-    if algorithm == "auto":
-        options = {k: v for k, v in context.items()
-                   if k in POLICY_OPTIONS.get(policy, ()) and v is not None}
-        sel = choose(p, target, policy=policy, rules=rules,
-                     max_workspace_bytes=max_workspace, workspace_backend=backend, **options)
-        return sel, sel.algorithm, execute.resolve(sel.algorithm, p, rules,
-                                                   {**sel.params, **asked})
-    resolved = execute.resolve(algorithm, p, rules, asked)
-    if max_workspace is not None:
-        _check_named_workspace(p, algorithm, resolved, backend, max_workspace)
-    return None, algorithm, resolved
-
-
-def _check_named_workspace(p: ConvProblem, algorithm: str, params: dict[str, Any],
-                           backend: str, limit: int) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise InvalidProblemError("max_workspace_bytes", limit,
-                                  "must be an integer >= 0 (bytes), or None for no limit")
-    need = algorithms.workspace_bytes(algorithm, p, params, backend)
-    if need is None or need > limit:
-        label = algorithms.label_of(algorithm, params)
-        raise UnsupportedError(
-            f"{label} on {backend} needs {need} bytes of workspace, over "
-            f"max_workspace_bytes={limit}" if need is not None else
-            f"{label} has no workspace estimate on {backend}, so max_workspace_bytes="
-            f"{limit} excludes it", algorithm=algorithm, backend=backend)
+def _chosen_first(order: Preference, selection: Selection | None) -> list[Placement]:
+    """The backends to try, in order: the one a policy chose among them first."""
+    entries = list(order)
+    chosen = [e for e in entries if selection is not None and str(e) == selection.backend]
+    return chosen + [e for e in entries if e not in chosen]
 
 
 def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: Any = 0,
                         dilation: Any = 1, groups: int | None = None, activation: Any = None,
                         fast_math: bool = False, weights_layout: str = "OHWI",
                         layout: str = "NHWC") -> ConvProblem:
-    """The ConvProblem that ``x`` and ``w`` describe (groups inferred from w's channels)."""
-    for name, arr in (("x", x), ("w", w)):
-        array_like = isinstance(arr, np.ndarray) or (name == "x" and _is_device_array(arr)
-                                                      and hasattr(arr, "ndim"))
-        if not array_like or arr.ndim != 4:
-            raise InvalidProblemError(name, getattr(arr, "shape", type(arr).__name__),
-                                      "expected a 4-D numpy array")
-    if weights_layout not in WEIGHTS_LAYOUTS:
-        raise InvalidProblemError("weights_layout", weights_layout,
-                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
-    if not np.issubdtype(x.dtype, np.floating):
-        raise InvalidProblemError("x", str(x.dtype), "must be a floating-point array")
+    """The ConvProblem that ``x`` and ``w`` describe (groups inferred from w's channels).
+    Arrays of other libraries (DLPack or ``__array__``) are read as :func:`conv2d` reads
+    them."""
+    x, w = interop.host_array("x", x).array, interop.host_array("w", w).array
+    if not _is_device_array(x):
+        arguments.float_array("x", x, 4)
+    elif getattr(x, "ndim", None) != 4 or not np.issubdtype(x.dtype, np.floating):
+        raise InvalidProblemError("x", getattr(x, "shape", type(x).__name__),
+                                  "expected a 4-D floating-point pyopencl array")
+    arguments.float_array("w", w, 4)
+    weights_layout = arguments.weights_layout(weights_layout)
     layout = str(layout).upper()
     n, h, w_, c = x.shape if layout == "NHWC" else (x.shape[0], x.shape[2], x.shape[3],
                                                    x.shape[1])
@@ -262,21 +238,27 @@ def problem_from_arrays(x: np.ndarray, w: np.ndarray, *, stride: Any = 1, pad: A
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride: Any = (1, 1),
            pad: Any = 0, dilation: Any = (1, 1), activation: Any = None,
            fast_math: bool = False, weights_layout: str = "OHWI", algorithm: str = "auto",
-           backend: str = "numpy", target: str = "cpu", *, layout: str = "NHWC",
-           groups: int | None = None, device: Any = None, policy: str = "acl",
+           backend: str | Sequence[str] | Preference = "numpy", target: str = "cpu", *,
+           layout: str = "NHWC", groups: int | None = None, device: Any = None, policy: str = "acl",
            rules: Rules | str | None = None, db: Any = None,
            max_workspace_bytes: int | None = None, tune: bool | str = False,
-           tune_budget_s: float | None = None) -> np.ndarray:
+           tune_budget_s: float | None = None) -> Any:
     """Convolve ``x`` (NHWC, or NCHW with ``layout="NCHW"``) with ``w``; same layout out.
 
     float16 input runs as F16 (half in and out, float32 accumulation); any other float dtype
-    runs as F32. See :func:`prepare` for ``algorithm``, ``backend``, fallbacks,
+    runs as F32, and a float64 x says so (a :class:`~convsel.errors.ConversionWarning`: the
+    result is float32). Arrays of other libraries that export DLPack or ``__array__`` (a
+    PyTorch CPU tensor, JAX, CuPy) are read as numpy, and the result is the caller's kind
+    where that costs no copy (else numpy); a ConversionWarning says what was converted.
+    See :func:`prepare` for ``algorithm``, ``backend``, fallbacks,
     ``max_workspace_bytes`` and ``tune``. With ``backend="opencl"``, a
     ``pyopencl.array.Array`` x gives one back (see :meth:`PreparedConv.run`). PyTorch's
     ``F.conv2d(x, w)`` is ``conv2d(x, w, layout="NCHW", weights_layout="OIHW")``.
     """
     if device is None and _is_device_array(x):     # x's device: its context must be op's
         device = cast(Any, x).context.devices[0]
+    given = [interop.host_array(n, v) for n, v in (("x", x), ("w", w), ("bias", bias))]
+    x, w, bias = (g.array for g in given)
     try:
         problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
                                       groups=groups, activation=activation,
@@ -288,7 +270,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride:
                  backend=backend, target=target, device=device, policy=policy, rules=rules,
                  db=db, max_workspace_bytes=max_workspace_bytes, tune=tune,
                  tune_budget_s=tune_budget_s)
-    y: np.ndarray = op.run(x)
+    y = interop.result(op.run(x), given[0])
+    interop.say([g.note for g in given], y)
     return y
 
 

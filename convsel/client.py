@@ -1,10 +1,19 @@
 """A Python client for convsel's HTTP service, on httpx (``pip install 'convsel[client]'``).
 
-    from convsel.client import Client
+    from convsel.client import AsyncClient, Client
 
     with Client("http://127.0.0.1:8000") as c:
-        sel = c.select({"n": 1, "h": 56, "w": 56, "c": 64, "k": 64, "kh": 3, "kw": 3, "pad": 1})
+        sel = c.select(problem, "G77")              # a convsel.Selection, as convsel.select's
         y = c.conv2d(x, w, pad=1)                   # numpy in, numpy out
+
+    async with AsyncClient("http://127.0.0.1:8000") as c:
+        sel = await c.select(problem, "G77")        # the same calls, awaited
+
+Answers are the library's own types where the library has one: ``select`` gives a
+:class:`~convsel.selection.Selection`, ``select_batch`` a list of them, ``find`` a
+:class:`~convsel.finder.FindResult` (its ``measurement`` stays on the server), ``conv2d`` an
+array. ``plan`` and ``tune`` give the service's JSON (``ModelPlan.to_dict()``'s form; a tuning
+report whose ``selection`` is a Selection).
 
 The service's error bodies (code, message, field, value, rule) come back as the library's
 own exceptions: a 422 ``invalid_problem`` is :class:`~convsel.errors.InvalidProblemError`
@@ -13,19 +22,30 @@ with the same field, value and rule; ``unsupported`` is
 :class:`~convsel.errors.BackendUnavailableError`, and so on. Answers with no library
 counterpart (413, 503 busy, 401) are :class:`ServiceError` subclasses, which are
 :class:`~convsel.errors.ConvselError` too. Every raised error carries ``status`` and ``code``.
+
+A 503 with ``Retry-After`` (the server is busy: its convolution pool, its one tuning or its one
+plan) is retried after the time it asks for, at most ``retries`` times and only while it asks
+for no more than ``max_retry_wait_s``; then :class:`BusyError` is raised. The server refuses
+such a request before doing any of its work, so sending it again is safe.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import email.utils
 import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from . import config
 from .errors import (
     BackendUnavailableError,
     ConvselError,
@@ -36,7 +56,10 @@ from .errors import (
     UnknownTargetError,
     UnsupportedError,
 )
+from .finder import FindEntry, FindResult
 from .problem import ConvProblem
+from .selection import Candidate, Selection
+from .verdict import TraceStep
 
 NPY = "application/x-npy"
 # Tensors larger than this (all together, as .npy) go as multipart file parts rather than
@@ -47,6 +70,8 @@ try:
     import httpx
 except ImportError as exc:   # pragma: no cover - depends on the environment
     raise ImportError("convsel.client needs httpx: pip install 'convsel[client]'") from exc
+
+T = TypeVar("T")
 
 
 class ServiceError(ConvselError):
@@ -101,33 +126,232 @@ _SERVICE_ERRORS: dict[str, type[ServiceError]] = {
 }
 
 
-def error_from_response(response: httpx.Response) -> ConvselError:
-    """The exception a service error answer stands for (see the module's docstring)."""
+def retry_after(response: httpx.Response) -> float | None:
+    """Seconds the answer's ``Retry-After`` asks to wait (delta-seconds or an HTTP date)."""
+    text = response.headers.get("retry-after", "").strip()
+    if not text:
+        return None
     try:
-        body = response.json()
-        if not isinstance(body, dict) or "code" not in body:
-            raise ValueError("not the service's error body")
+        return max(0.0, float(text))
     except ValueError:
-        body = {"code": f"http_{response.status_code}",
-                "message": f"HTTP {response.status_code}: {response.text[:500]}"}
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_from_body(status: int, body: Any, *, text: str = "",
+                    retry: float | None = None) -> ConvselError:
+    """The exception a service error body (or an item of a batch) stands for."""
+    if not isinstance(body, dict) or "code" not in body:
+        body = {"code": f"http_{status}", "message": f"HTTP {status}: {text[:500]}"}
     code = str(body["code"])
-    retry = response.headers.get("retry-after")
     exc: ConvselError
     if code in _LIBRARY_ERRORS:
         exc = _LIBRARY_ERRORS[code](body)
     else:
         cls = _SERVICE_ERRORS.get(code, ServiceError)
-        exc = cls(str(body.get("message", "")), status=response.status_code, code=code,
+        exc = cls(str(body.get("message", "")), status=status, code=code,
                   field=body.get("field"), value=body.get("value"), rule=body.get("rule"),
-                  retry_after=float(retry) if retry and retry.isdigit() else None)
+                  retry_after=retry)
     # every raised error says what the service answered, library classes included
-    for name, value in (("status", response.status_code), ("code", code),
-                        ("errors", body.get("errors"))):
+    for name, value in (("status", status), ("code", code), ("errors", body.get("errors"))):
         setattr(exc, name, value)
     return exc
 
 
-class Client:
+def error_from_response(response: httpx.Response) -> ConvselError:
+    """The exception a service error answer stands for (see the module's docstring)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    return error_from_body(response.status_code, body, text=response.text,
+                           retry=retry_after(response))
+
+
+# -- the library's types from the wire --------------------------------------------------------
+def _tuples(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    # to_dict() writes tuples (a Winograd tile) as JSON lists; the library holds tuples
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in (params or {}).items()}
+
+
+def selection_from_dict(d: Mapping[str, Any]) -> Selection:
+    """A :class:`Selection` from its ``to_dict()`` form (what ``/v1/select`` answers)."""
+    rules = d.get("rules") or {}
+    return Selection(
+        method=d["method"], algorithm=d["algorithm"], rule=d["rule"], target=d["target"],
+        trace=tuple(TraceStep(s["id"], bool(s["fired"]), s["reason"]) for s in d["trace"]),
+        candidates=tuple(Candidate(c["method"], c["algorithm"], bool(c["valid"]), c["reason"])
+                         for c in d["candidates"]),
+        params=_tuples(d.get("params")), policy=d.get("policy", "acl"),
+        source=d.get("source", "rules"), rules_version=rules.get("version", ""),
+        rules_digest=rules.get("digest", ""), fallback=d.get("fallback"),
+        measurement=d.get("measurement"), backend=d.get("backend"))
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1e3
+
+
+def find_result_from_dict(d: Mapping[str, Any]) -> FindResult:
+    """A :class:`FindResult` from its ``to_dict()`` form (what ``/v1/find`` answers); its
+    ``measurement`` (the raw timings object) stays on the server."""
+    entries = tuple(FindEntry(
+        label=r["label"], algorithm=r["algorithm"], params=_tuples(r.get("params")),
+        status=r["status"], reason=r["reason"], workspace_bytes=r.get("workspace_bytes"),
+        median_s=_seconds(r.get("median_ms")), iqr_s=_seconds(r.get("iqr_ms")),
+        min_s=_seconds(r.get("min_ms")), runs=int(r.get("runs") or 0),
+        pruned=bool(r.get("pruned")), rank=r.get("rank"), clock=r.get("clock"),
+        backend=r.get("backend"), transfer_s=_seconds(r.get("transfer_ms")))
+        for r in d["results"])
+    return FindResult(
+        problem=ConvProblem.from_dict(d["problem"]), backend=d["backend"],
+        device=dict(d.get("device") or {}), results=entries, winner=d.get("winner"),
+        tie=tuple(d.get("tie") or ()), acl=d["acl"], complete=bool(d["complete"]),
+        max_workspace_bytes=d.get("max_workspace_bytes"), stored=bool(d.get("stored")),
+        note=d.get("note"), database=d.get("database"), narrowed=d.get("narrowed"),
+        passed_over=tuple(d.get("passed_over") or ()),
+        devices={k: dict(v) for k, v in (d.get("devices") or {}).items()})
+
+
+def _batch(d: Mapping[str, Any]) -> list[Selection | ConvselError]:
+    out: list[Selection | ConvselError] = []
+    for item in d["results"]:   # {"index", "selection", "error"}: one of the two is null
+        out.append(error_from_body(422, item["error"]) if item.get("error") is not None
+                   else selection_from_dict(item["selection"]))
+    return out
+
+
+def _tuned(d: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(d)
+    if isinstance(out.get("selection"), dict):
+        out["selection"] = selection_from_dict(out["selection"])
+    return out
+
+
+# -- one request, described once for both clients ---------------------------------------------
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _json_call(path: str, body: Mapping[str, Any],
+               parse: Callable[[Any], T]) -> _Call[T]:
+    return _Call("POST", path, lambda r: parse(r.json()), {"json": _drop_none(body)})
+
+
+def _select(problem: ConvProblem | Mapping[str, Any], target: str | None, policy: str,
+            backend: str | None, device: str | None) -> _Call[Selection]:
+    return _json_call("/v1/select", {"problem": _problem(problem), "target": target,
+                                     "policy": policy, "backend": backend, "device": device},
+                      selection_from_dict)
+
+
+def _select_batch(problems: Sequence[ConvProblem | Mapping[str, Any]], target: str | None,
+                  policy: str, backend: str | None,
+                  device: str | None) -> _Call[list[Selection | ConvselError]]:
+    return _json_call("/v1/select/batch", {
+        "problems": [_problem(p) for p in problems], "target": target, "policy": policy,
+        "backend": backend, "device": device}, _batch)
+
+
+def _conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, multipart: bool | None,
+            **options: Any) -> _Call[np.ndarray]:
+    from .api import problem_from_arrays
+
+    fields = {k: options.pop(k) for k in ("algorithm", "backend", "target", "policy")}
+    problem = problem_from_arrays(x, w, **options)
+    wire = np.float16 if problem.dtype == "F16" else np.float32
+    tensors = {name: np.ascontiguousarray(a, dtype=wire)
+               for name, a in (("x", x), ("w", w), ("bias", bias)) if a is not None}
+    form = _drop_none({**fields, "weights_layout": options["weights_layout"]})
+    headers = {"Accept": NPY}
+    size = sum(a.nbytes for a in tensors.values())
+    if multipart if multipart is not None else size > MULTIPART_ABOVE_BYTES:
+        files = {name: (f"{name}.npy", _npy(a), NPY) for name, a in tensors.items()}
+        kwargs: dict[str, Any] = {"data": {**form, "problem": json.dumps(problem.to_dict())},
+                                  "files": files, "headers": headers}
+    else:
+        body = {"problem": problem.to_dict(), **form,
+                **{n: base64.b64encode(_npy(a)).decode() for n, a in tensors.items()}}
+        kwargs = {"json": body, "headers": headers}
+    return _Call("POST", "/v1/conv2d", _array, kwargs)
+
+
+def _array(response: httpx.Response) -> np.ndarray:
+    y: np.ndarray = np.load(io.BytesIO(response.content), allow_pickle=False)
+    return y
+
+
+def _plan(model: str | os.PathLike[str] | bytes, target: str | None, policy: str,
+          input_shapes: Mapping[str, Sequence[int]] | None, layout: str,
+          fast_math: bool) -> _Call[dict[str, Any]]:
+    data = model if isinstance(model, bytes) else Path(model).read_bytes()
+    form: dict[str, Any] = _drop_none({"target": target, "policy": policy, "layout": layout,
+                                       "fast_math": "true" if fast_math else "false"})
+    shapes = [f"{name}={','.join(str(d) for d in dims)}"
+              for name, dims in (input_shapes or {}).items()]
+    if shapes:
+        form["input_shape"] = shapes   # the HTTP form's spelling of input_shapes
+    return _Call("POST", "/v1/plan", lambda r: dict(r.json()), {
+        "data": form, "files": {"model": ("model.onnx", data, "application/octet-stream")}})
+
+
+def _find(problem: ConvProblem | Mapping[str, Any], target: str | None, backend: str | None,
+          budget_s: float, max_workspace_bytes: int | None, store: bool,
+          top: int | None) -> _Call[FindResult]:
+    body = {"problem": _problem(problem), "target": target, "backend": backend,
+            "budget_s": budget_s, "max_workspace_bytes": max_workspace_bytes, "store": store}
+    if top is not None:   # absent, not null: an older server rejects unknown fields
+        body["top"] = top
+    return _json_call("/v1/find", body, find_result_from_dict)
+
+
+def _tune(problem: ConvProblem | Mapping[str, Any], target: str | None, backend: str | None,
+          device: str | None, budget_s: float, retune: bool) -> _Call[dict[str, Any]]:
+    return _json_call("/v1/tune", {"problem": _problem(problem), "target": target,
+                                   "backend": backend, "device": device, "budget_s": budget_s,
+                                   "retune": retune}, _tuned)
+
+
+def _get(path: str) -> _Call[dict[str, Any]]:
+    return _Call("GET", path, lambda r: dict(r.json()))
+
+
+@dataclass(frozen=True)
+class _Retry:
+    """Send the request again after ``seconds``."""
+
+    seconds: float
+
+
+class _Base:
+    """What both clients share: the connection settings and the retry rule."""
+
+    def __init__(self, token: str | None, retries: int, max_retry_wait_s: float) -> None:
+        if retries < 0 or max_retry_wait_s < 0:
+            raise InvalidProblemError("retries", retries, "retries and max_retry_wait_s must "
+                                      "be >= 0")
+        self._headers = _auth_headers(token)
+        self.retries, self.max_retry_wait_s = retries, max_retry_wait_s
+
+    def _outcome(self, call: _Call[T], response: httpx.Response, attempt: int) -> _Retry | T:
+        """The parsed answer, or how long to wait before the next attempt."""
+        if response.status_code < 400:
+            return call.parse(response)
+        wait = retry_after(response) if response.status_code == 503 else None
+        if wait is not None and attempt < self.retries and wait <= self.max_retry_wait_s:
+            return _Retry(wait)
+        raise error_from_response(response)
+
+
+class Client(_Base):
     """convsel's HTTP API from Python.
 
     Parameters
@@ -136,16 +360,20 @@ class Client:
         The server, e.g. ``"http://127.0.0.1:8000"``.
     token : str, optional
         Sent as ``Authorization: Bearer <token>`` (routes guarded by ``CONVSEL_API_TOKEN``).
-        Defaults to ``$CONVSEL_API_TOKEN``.
+        Defaults to ``$CONVSEL_API_TOKEN`` (:func:`convsel.config.current`).
     timeout : float
         Seconds per request (tuning and find run up to their budget on the server).
+    retries : int
+        How many times a 503 with ``Retry-After`` is sent again (0: never).
+    max_retry_wait_s : float
+        The longest ``Retry-After`` waited for; a longer one raises :class:`BusyError` at once.
     """
 
     def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 120.0,
+                 retries: int = 3, max_retry_wait_s: float = 10.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        token = token if token is not None else os.environ.get("CONVSEL_API_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout,
+        super().__init__(token, retries, max_retry_wait_s)
+        self._http = httpx.Client(base_url=base_url, headers=self._headers, timeout=timeout,
                                   transport=transport)
 
     def close(self) -> None:
@@ -157,39 +385,37 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- plumbing ------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = self._http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            raise error_from_response(response)
-        return response
-
-    def _post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self._request("POST", path, json=_drop_none(body)).json())
+    def _send(self, call: _Call[T]) -> T:
+        attempt = 0
+        while True:
+            outcome = self._outcome(call, self._http.request(call.method, call.path,
+                                                             **call.kwargs), attempt)
+            if not isinstance(outcome, _Retry):
+                return outcome
+            time.sleep(outcome.seconds)
+            attempt += 1
 
     # -- routes --------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        return dict(self._request("GET", "/healthz").json())
+        return self._send(_get("/healthz"))
 
     def ready(self) -> dict[str, Any]:
-        return dict(self._request("GET", "/readyz").json())
+        return self._send(_get("/readyz"))
 
     def select(self, problem: ConvProblem | Mapping[str, Any], target: str | None = None, *,
                policy: str = "acl", backend: str | None = None,
-               device: str | None = None) -> dict[str, Any]:
-        """``POST /v1/select``: the method for one problem, with trace and candidates."""
-        return self._post_json("/v1/select", {"problem": _problem(problem), "target": target,
-                                              "policy": policy, "backend": backend,
-                                              "device": device})
+               device: str | None = None) -> Selection:
+        """``POST /v1/select``: the method for one problem, as :func:`convsel.choose`'s
+        Selection (trace, candidates, params)."""
+        return self._send(_select(problem, target, policy, backend, device))
 
     def select_batch(self, problems: Sequence[ConvProblem | Mapping[str, Any]],
                      target: str | None = None, *, policy: str = "acl",
-                     backend: str | None = None, device: str | None = None) -> dict[str, Any]:
-        """``POST /v1/select/batch``: many problems in order; a bad one has an ``error``
-        entry at its index (not raised)."""
-        return self._post_json("/v1/select/batch", {
-            "problems": [_problem(p) for p in problems], "target": target, "policy": policy,
-            "backend": backend, "device": device})
+                     backend: str | None = None,
+                     device: str | None = None) -> list[Selection | ConvselError]:
+        """``POST /v1/select/batch``: a Selection per problem, in order; a problem the library
+        refuses is, at its index, the exception it raised (not raised here)."""
+        return self._send(_select_batch(problems, target, policy, backend, device))
 
     def conv2d(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, *,
                stride: Any = 1, pad: Any = 0, dilation: Any = 1, groups: int | None = None,
@@ -204,71 +430,128 @@ class Client:
         ``.npy`` multipart file parts when they are large (``multipart=None``: over
         :data:`MULTIPART_ABOVE_BYTES`), else base64 inside JSON.
         """
-        from .api import problem_from_arrays
-
-        problem = problem_from_arrays(x, w, stride=stride, pad=pad, dilation=dilation,
-                                      groups=groups, activation=activation,
-                                      fast_math=fast_math, weights_layout=weights_layout,
-                                      layout=layout)
-        wire = np.float16 if problem.dtype == "F16" else np.float32
-        tensors = {name: np.ascontiguousarray(a, dtype=wire)
-                   for name, a in (("x", x), ("w", w), ("bias", bias)) if a is not None}
-        fields = _drop_none({"algorithm": algorithm, "backend": backend, "target": target,
-                             "weights_layout": weights_layout, "policy": policy})
-        size = sum(a.nbytes for a in tensors.values())
-        headers = {"Accept": NPY}
-        if multipart if multipart is not None else size > MULTIPART_ABOVE_BYTES:
-            files = {name: (f"{name}.npy", _npy(a), NPY) for name, a in tensors.items()}
-            data = {**fields, "problem": json.dumps(problem.to_dict())}
-            response = self._request("POST", "/v1/conv2d", data=data, files=files,
-                                     headers=headers)
-        else:
-            import base64
-
-            body = {"problem": problem.to_dict(), **fields,
-                    **{n: base64.b64encode(_npy(a)).decode() for n, a in tensors.items()}}
-            response = self._request("POST", "/v1/conv2d", json=body, headers=headers)
-        y: np.ndarray = np.load(io.BytesIO(response.content), allow_pickle=False)
-        return y
+        return self._send(_conv2d(
+            x, w, bias, multipart, stride=stride, pad=pad, dilation=dilation, groups=groups,
+            activation=activation, fast_math=fast_math, layout=layout,
+            weights_layout=weights_layout, algorithm=algorithm, backend=backend,
+            target=target, policy=policy))
 
     def plan(self, model: str | os.PathLike[str] | bytes, target: str | None = None, *,
              policy: str = "acl", input_shapes: Mapping[str, Sequence[int]] | None = None,
              layout: str = "NCHW", fast_math: bool = False) -> dict[str, Any]:
-        """``POST /v1/plan``: the method for every Conv of an ONNX model (a path or bytes)."""
-        data = model if isinstance(model, bytes) else Path(model).read_bytes()
-        form: dict[str, Any] = _drop_none({"target": target, "policy": policy,
-                                           "layout": layout,
-                                           "fast_math": "true" if fast_math else "false"})
-        shapes = [f"{name}={','.join(str(d) for d in dims)}"
-                  for name, dims in (input_shapes or {}).items()]
-        if shapes:
-            form["input_shape"] = shapes
-        response = self._request("POST", "/v1/plan", data=form,
-                                 files={"model": ("model.onnx", data,
-                                                  "application/octet-stream")})
-        return dict(response.json())
+        """``POST /v1/plan``: the method for every Conv of an ONNX model (a path or bytes), as
+        ``ModelPlan.to_dict()``."""
+        return self._send(_plan(model, target, policy, input_shapes, layout, fast_math))
 
     def find(self, problem: ConvProblem | Mapping[str, Any], *, target: str | None = None,
              backend: str | None = None, budget_s: float = 10.0,
              max_workspace_bytes: int | None = None, store: bool = False,
-             top: int | None = None) -> dict[str, Any]:
+             top: int | None = None) -> FindResult:
         """``POST /v1/find``: every algorithm and variant, ranked by time measured on the
-        server, each with spread, workspace, status and reason (with ``top``, only the
-        server's model's ``top`` best-predicted candidates and ACL's pick are timed)."""
-        body = {"problem": _problem(problem), "target": target, "backend": backend,
-                "budget_s": budget_s, "max_workspace_bytes": max_workspace_bytes,
-                "store": store}
-        if top is not None:   # absent, not null: an older server rejects unknown fields
-            body["top"] = top
-        return self._post_json("/v1/find", body)
+        server, as :func:`convsel.find`'s FindResult (with ``top``, only the server's model's
+        ``top`` best-predicted candidates and ACL's pick are timed)."""
+        return self._send(_find(problem, target, backend, budget_s, max_workspace_bytes,
+                                store, top))
 
     def tune(self, problem: ConvProblem | Mapping[str, Any], *, target: str | None = None,
              backend: str | None = None, device: str | None = None, budget_s: float = 10.0,
              retune: bool = False) -> dict[str, Any]:
-        """``POST /v1/tune``: time the problem on the server and record the winner."""
-        return self._post_json("/v1/tune", {
-            "problem": _problem(problem), "target": target, "backend": backend,
-            "device": device, "budget_s": budget_s, "retune": retune})
+        """``POST /v1/tune``: time the problem on the server and record the winner; the
+        report's ``selection`` is the measured policy's Selection."""
+        return self._send(_tune(problem, target, backend, device, budget_s, retune))
+
+
+class AsyncClient(_Base):
+    """:class:`Client`'s calls on ``httpx.AsyncClient``: the same arguments, answers and
+    errors, awaited (``async with AsyncClient(url) as c: sel = await c.select(p)``)."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 120.0,
+                 retries: int = 3, max_retry_wait_s: float = 10.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(token, retries, max_retry_wait_s)
+        self._http = httpx.AsyncClient(base_url=base_url, headers=self._headers,
+                                       timeout=timeout, transport=transport)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _send(self, call: _Call[T]) -> T:
+        attempt = 0
+        while True:
+            response = await self._http.request(call.method, call.path, **call.kwargs)
+            outcome = self._outcome(call, response, attempt)
+            if not isinstance(outcome, _Retry):
+                return outcome
+            await asyncio.sleep(outcome.seconds)
+            attempt += 1
+
+    async def health(self) -> dict[str, Any]:
+        return await self._send(_get("/healthz"))
+
+    async def ready(self) -> dict[str, Any]:
+        return await self._send(_get("/readyz"))
+
+    async def select(self, problem: ConvProblem | Mapping[str, Any],
+                     target: str | None = None, *, policy: str = "acl",
+                     backend: str | None = None, device: str | None = None) -> Selection:
+        """See :meth:`Client.select`."""
+        return await self._send(_select(problem, target, policy, backend, device))
+
+    async def select_batch(self, problems: Sequence[ConvProblem | Mapping[str, Any]],
+                           target: str | None = None, *, policy: str = "acl",
+                           backend: str | None = None,
+                           device: str | None = None) -> list[Selection | ConvselError]:
+        """See :meth:`Client.select_batch`."""
+        return await self._send(_select_batch(problems, target, policy, backend, device))
+
+    async def conv2d(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, *,
+                     stride: Any = 1, pad: Any = 0, dilation: Any = 1,
+                     groups: int | None = None, activation: Any = None,
+                     fast_math: bool = False, layout: str = "NHWC",
+                     weights_layout: str = "OHWI", algorithm: str = "auto",
+                     backend: str | None = None, target: str | None = None,
+                     policy: str = "acl", multipart: bool | None = None) -> np.ndarray:
+        """See :meth:`Client.conv2d`."""
+        return await self._send(_conv2d(
+            x, w, bias, multipart, stride=stride, pad=pad, dilation=dilation, groups=groups,
+            activation=activation, fast_math=fast_math, layout=layout,
+            weights_layout=weights_layout, algorithm=algorithm, backend=backend,
+            target=target, policy=policy))
+
+    async def plan(self, model: str | os.PathLike[str] | bytes, target: str | None = None, *,
+                   policy: str = "acl",
+                   input_shapes: Mapping[str, Sequence[int]] | None = None,
+                   layout: str = "NCHW", fast_math: bool = False) -> dict[str, Any]:
+        """See :meth:`Client.plan`."""
+        return await self._send(_plan(model, target, policy, input_shapes, layout, fast_math))
+
+    async def find(self, problem: ConvProblem | Mapping[str, Any], *,
+                   target: str | None = None, backend: str | None = None,
+                   budget_s: float = 10.0, max_workspace_bytes: int | None = None,
+                   store: bool = False, top: int | None = None) -> FindResult:
+        """See :meth:`Client.find`."""
+        return await self._send(_find(problem, target, backend, budget_s,
+                                      max_workspace_bytes, store, top))
+
+    async def tune(self, problem: ConvProblem | Mapping[str, Any], *,
+                   target: str | None = None, backend: str | None = None,
+                   device: str | None = None, budget_s: float = 10.0,
+                   retune: bool = False) -> dict[str, Any]:
+        """See :meth:`Client.tune`."""
+        return await self._send(_tune(problem, target, backend, device, budget_s, retune))
+
+
+def _auth_headers(token: str | None) -> dict[str, str]:
+    if token is None:   # the library's one configuration: $CONVSEL_API_TOKEN
+        configured = config.current().api_token
+        token = configured.get_secret_value() if configured is not None else None
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _problem(problem: ConvProblem | Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Two families, as NNPACK and XNNPACK split them: *invalid* means the caller is wr
     ├── InvalidProblemError (ValueError)   a field of the problem or an argument is wrong
     │   └── UnknownTargetError             a target name that resolves to nothing
     ├── UnsupportedError                   valid input, but this algorithm/backend cannot run it
-    │   └── BackendUnavailableError        the backend is missing on this machine (no OpenCL)
+    │   ├── BackendUnavailableError        the backend is missing on this machine (no OpenCL)
+    │   └── WorkspaceLimitError            nothing that would run fits max_workspace_bytes
     ├── RuleFileError (ValueError)         a heuristics file that does not load or validate
     ├── KernelBuildError                   an OpenCL program failed to build (carries the log)
     └── TuningDatabaseError                the tuning database is corrupt, foreign or unwritable
@@ -54,6 +55,18 @@ class BackendUnavailableError(UnsupportedError):
     """The backend cannot be used on this machine at all (missing package or device)."""
 
 
+class WorkspaceLimitError(UnsupportedError):
+    """What would run needs more workspace than ``max_workspace_bytes`` allows (checked before
+    anything is built). ``limit`` is that limit; ``needed`` the bytes the refused algorithm
+    needs (None: no estimate, or several candidates refused)."""
+
+    def __init__(self, message: str, *, limit: int, needed: int | None = None,
+                 algorithm: str | None = None, backend: str | None = None) -> None:
+        self.limit = limit
+        self.needed = needed
+        super().__init__(message, algorithm=algorithm, backend=backend)
+
+
 class RuleFileError(ConvselError, ValueError):
     """A heuristics file that cannot be read or fails validation; names the entry at fault."""
 
@@ -73,3 +86,8 @@ class TuningDatabaseError(ConvselError):
 
 class FallbackWarning(UserWarning):
     """convsel ran something other than what was asked (another backend), and says why."""
+
+
+class ConversionWarning(UserWarning):
+    """convsel converted an argument or its result (another library's array read as numpy,
+    float64 computed as float32), and says what."""

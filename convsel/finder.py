@@ -7,6 +7,12 @@ workspace it needs. Timing is :func:`convsel.tuning.measure.measure`'s (interlea
 pruning of hopeless candidates, the tie rule); a complete measurement can be stored in the
 tuning database, where the measured policy then finds it.
 
+Given several backends (``backend=["numpy", "opencl"]`` or ``"auto"``), every candidate of
+each is timed and all are ranked together, each entry naming its backend; a device backend's
+entries carry the cost of copying the input in and the output out (``transfer_s``, measured
+by :mod:`convsel.backends.transfer`) where their clock left it out, and rank by that total,
+what a call on host arrays costs. A backend that cannot be used here is passed over with why.
+
 (The module is ``finder``, not ``find``: a submodule named ``find`` would replace the
 function ``convsel.find`` on the package the first time it is imported.)
 """
@@ -14,20 +20,22 @@ function ``convsel.find`` on the package the first time it is imported.)
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from . import algorithms, backends
-from .errors import InvalidProblemError, TuningDatabaseError
-from .layouts import WEIGHTS_LAYOUTS, ohwi_shape, weights_to_ohwi
+from . import algorithms, arguments, backends, tables
+from .backends import Preference
+from .errors import KernelBuildError, TuningDatabaseError, UnsupportedError
 from .problem import ConvProblem
 from .rules import Rules, as_rules
-from .selection import select
+from .selection import acl_selection
+from .targets import Target, resolve_target
 from .tuning.db import TuningDB, open_db
-from .tuning.measure import WORKSPACE_EXCLUDED, Measurement, Shortlist, measure
+from .tuning.measure import WORKSPACE_EXCLUDED, Measurement, Shortlist, decide, measure
 from .tuning.timing import TimingSettings
 
 STATUSES = ("ok", "error", "excluded-by-workspace", "skipped", "unsupported")
@@ -50,15 +58,31 @@ class FindEntry:
     pruned: bool = False
     rank: int | None = None      # 1 = fastest; None unless status is "ok"
     clock: str | None = None     # "device" (profiling events) or "wall" (host, transfers in)
+    backend: str | None = None   # where it ran, when several backends were timed
+    transfer_s: float | None = None   # copies in and out the clock left out (several backends)
+
+    @property
+    def cost_s(self) -> float | None:
+        """What ranks it: its median, plus the copies its clock left out."""
+        if self.median_s is None:
+            return None
+        return self.median_s + (self.transfer_s or 0.0)
+
+    @property
+    def qualified(self) -> str:
+        """``backend/label`` when several backends were timed, else the label."""
+        return f"{self.backend}/{self.label}" if self.backend else self.label
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "label": self.label, "algorithm": self.algorithm,
+        return {"rank": self.rank, "backend": self.backend, "label": self.label,
+                "algorithm": self.algorithm,
                 "params": {k: list(v) if isinstance(v, tuple) else v
                            for k, v in self.params.items()},
                 "status": self.status, "reason": self.reason,
                 "median_ms": _ms(self.median_s), "iqr_ms": _ms(self.iqr_s),
                 "min_ms": _ms(self.min_s), "runs": self.runs, "pruned": self.pruned,
-                "clock": self.clock, "workspace_bytes": self.workspace_bytes}
+                "clock": self.clock, "transfer_ms": _ms(self.transfer_s),
+                "workspace_bytes": self.workspace_bytes}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -86,6 +110,8 @@ class FindResult:
     database: str | None = None
     measurement: Measurement | None = field(default=None, repr=False, compare=False)
     narrowed: str | None = None    # with ``top``: what was timed, or why everything was
+    passed_over: tuple[str, ...] = ()   # backends of a list that were not timed, and why
+    devices: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # by backend
 
     @property
     def best(self) -> FindEntry | None:
@@ -98,21 +124,27 @@ class FindResult:
                 "acl": self.acl, "complete": self.complete,
                 "max_workspace_bytes": self.max_workspace_bytes, "stored": self.stored,
                 "note": self.note, "database": self.database, "narrowed": self.narrowed,
+                "passed_over": list(self.passed_over),
+                "devices": {k: dict(v) for k, v in self.devices.items()},
                 "results": [r.to_dict() for r in self.results]}
 
     def table(self) -> str:
         """The ranking as readable text."""
+        on = (", ".join(f"{b} on {d.get('name', '?')}" for b, d in self.devices.items())
+              if self.devices else f"{self.backend} on {self.device.get('name', '?')}")
         lines = [f"problem  {self.problem}",
-                 (f"backend  {self.backend} on {self.device.get('name', '?')}   ACL's rules "
-                  f"pick {self.acl}"),
-                 (f"{'#':>3} {'candidate':<16} {'status':<22} {'median ms':>10} "
-                  f"{'IQR ms':>9} {'runs':>5} {'workspace':>11}  reason")]
-        for r in self.results:
-            med = f"{r.median_s * 1e3:.4g}" if r.median_s is not None else "-"
-            iqr = f"{r.iqr_s * 1e3:.2g}" if r.iqr_s is not None else "-"
-            space = _size(r.workspace_bytes)
-            lines.append(f"{r.rank or '-':>3} {r.label:<16} {r.status:<22} {med:>10} {iqr:>9} "
-                         f"{r.runs or '-':>5} {space:>11}  {r.reason}")
+                 f"backend  {on}   ACL's rules pick {self.acl}"]
+        rows = [(r.rank or "-", r.qualified, r.status,
+                 f"{r.median_s * 1e3:.4g}" if r.median_s is not None else "-",
+                 f"{r.iqr_s * 1e3:.2g}" if r.iqr_s is not None else "-",
+                 r.runs or "-", _size(r.workspace_bytes), r.reason + (
+                     f" (+ {r.transfer_s * 1e3:.3g} ms copying x in and y out)"
+                     if r.transfer_s else "")) for r in self.results]
+        # columns as wide as their widest cell: a long variant label keeps its row in line
+        lines.append(tables.render(("#", "candidate", "status", "median ms", "IQR ms", "runs",
+                                    "workspace", "reason"), rows,
+                                   right={"#", "median ms", "IQR ms", "runs", "workspace"}))
+        lines += [f"passed over: {why}" for why in self.passed_over]
         verdict = (f"winner {self.winner}" if self.winner else
                    f"tie {'/'.join(self.tie)}" if self.tie else "nothing ran")
         lines.append(verdict + ("" if self.complete else " (the time budget cut it short)"))
@@ -126,7 +158,8 @@ class FindResult:
 
 
 def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: str = "OHWI",
-         backend: str = "numpy", device: Any = None, target: str = "cpu",
+         backend: str | Sequence[str] | Preference = "numpy", device: Any = None,
+         target: str = "cpu",
          rules: Rules | str | None = None, max_workspace_bytes: int | None = None,
          store: bool = False, db: TuningDB | str | os.PathLike[str] | None = None,
          settings: TimingSettings | None = None, budget_s: float | None = None,
@@ -142,7 +175,10 @@ def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: s
         Weights to time with (``weights_layout``); random ones otherwise. The input is
         random either way: timings do not depend on values.
     backend, device
-        Where to time.
+        Where to time: one backend, or several (a list, ``"opencl,numpy"``, ``"auto"``),
+        ranked together (each entry names its backend, ``winner``/``tie`` read
+        ``backend/label``, and a device's entries add the copies of x and y its clock left
+        out: ``transfer_s``); ``device`` is the device of the entries that name none.
     target : str
         The ACL target whose rules' pick is reported as ``acl`` (and breaks a tie later).
     max_workspace_bytes : int, optional
@@ -165,63 +201,138 @@ def find(problem: ConvProblem, w: np.ndarray | None = None, *, weights_layout: s
         ``excluded-by-workspace``, ``skipped`` (not timed: dominated, budget spent) and
         ``unsupported`` ones, each with its reason.
     """
-    if not isinstance(problem, ConvProblem):
-        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-    _check_limit(max_workspace_bytes)
-    if w is not None and not problem.is_float:
-        raise InvalidProblemError("problem.dtype", problem.dtype, "only F32 and F16 run")
-    if budget_s is not None and not budget_s > 0:
-        raise InvalidProblemError("budget_s", budget_s, "must be > 0 seconds, or None")
+    problem = arguments.runnable(arguments.problem(problem))
+    order = arguments.backends(backend)
+    device = arguments.device_beside(order, device)
+    max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
+    budget_s = arguments.seconds("budget_s", budget_s)
+    top = arguments.top(top)
+    weights = None if w is None else arguments.weights(
+        problem, w, arguments.weights_layout(weights_layout))
     loaded = as_rules(rules)
-    acl = select(problem, target, rules=loaded)
-    weights = _weights(problem, w, weights_layout)
-    shortlist, narrowed = _narrow(problem, target, loaded, top, backend, device, db)
-    m = measure(problem, backend, device, rules=loaded, settings=settings,
-                build=_with_weights(weights), budget_s=budget_s, on_candidate=on_candidate,
-                max_workspace_bytes=max_workspace_bytes, shortlist=shortlist)
+    on = resolve_target(target, loaded)
+    acl = algorithms.label_of(*_acl_pick(problem, on, loaded))
+    timing = _Timing(loaded, settings, _with_weights(weights), budget_s, on_candidate,
+                     max_workspace_bytes)
+    if not order.single:
+        return _find_across(problem, order, device, on, acl, timing, top, store, db)
+    backend, device = order.first.backend, order.first.device_or(device)
+    shortlist, narrowed = _narrow(problem, on, loaded, top, backend, device, db)
+    m = timing.measure(problem, backend, device, shortlist)
     result = FindResult(problem, backend, dict(m.device), _rank(m, backend, loaded), m.winner,
-                        m.tie, algorithms.label_of(acl.algorithm, acl.params), m.complete,
-                        max_workspace_bytes, measurement=m, narrowed=narrowed)
+                        m.tie, acl, m.complete, max_workspace_bytes, measurement=m,
+                        narrowed=narrowed)
     return _store(result, m, db) if store else result
 
 
-def _narrow(problem: ConvProblem, target: str, rules: Rules, top: int | None, backend: str,
+def _acl_pick(p: ConvProblem, target: Target, rules: Rules) -> tuple[str, Mapping[str, Any]]:
+    acl = acl_selection(p, target, rules)
+    return acl.algorithm, acl.params
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """How :func:`find` times, the same on every backend it is given."""
+
+    rules: Rules
+    settings: TimingSettings | None
+    build: Callable[..., Any] | None
+    budget_s: float | None
+    on_candidate: Callable[[str], None] | None
+    max_workspace_bytes: int | None
+
+    def measure(self, p: ConvProblem, backend: str, device: Any,
+                shortlist: Shortlist | None) -> Measurement:
+        return measure(p, backend, device, rules=self.rules, settings=self.settings,
+                       build=self.build, budget_s=self.budget_s, on_candidate=self.on_candidate,
+                       max_workspace_bytes=self.max_workspace_bytes, shortlist=shortlist)
+
+
+def _find_across(p: ConvProblem, order: Preference, device: Any, target: Target, acl: str,
+                 timing: _Timing, top: int | None, store: bool, db: Any) -> FindResult:
+    """Time every backend of ``order`` and rank all their candidates together."""
+    from .backends.transfer import transfer_cost
+
+    entries: list[FindEntry] = []
+    passed: list[str] = []
+    devices: dict[str, Mapping[str, str]] = {}
+    notes: list[str] = []
+    measured: list[Measurement] = []
+    deadline = None if timing.budget_s is None else time.monotonic() + timing.budget_s
+    for i, entry in enumerate(order):
+        place, on = str(entry), entry.device_or(device)
+        ready = backends.available(entry.backend)
+        # the budget is the whole call's: each backend gets its share of what is left
+        share = None if deadline is None else max(deadline - time.monotonic(), 1e-3) / (
+            len(order) - i)
+        try:
+            if not ready.ok:
+                raise UnsupportedError(ready.reason, backend=entry.backend)
+            shortlist, narrowed = _narrow(p, target, timing.rules, top, entry.backend, on, db)
+            m = replace(timing, budget_s=share).measure(p, entry.backend, on, shortlist)
+            copy = transfer_cost(entry.backend, on)
+        except (UnsupportedError, KernelBuildError) as exc:
+            passed.append(f"{place}: {exc}")
+            continue
+        measured.append(m)
+        devices[place] = dict(m.device)
+        notes += [f"{place}: {narrowed}"] if narrowed else []
+        moved = copy.seconds(_bytes(p, p.input_shape)) + copy.seconds(_bytes(p, p.output_shape))
+        entries += [replace(e, backend=place, transfer_s=moved if e.clock == "device" else None)
+                    for e in _rank(m, entry.backend, timing.rules)]
+    if not measured:
+        raise UnsupportedError(f"no backend of {order} can time {p}: {'; '.join(passed)}")
+    ranked = _ranked(entries)
+    winner, tie = decide({e.qualified: {"median_s": e.cost_s, "iqr_s": e.iqr_s,
+                                        "runs": e.runs, "pruned": e.pruned}
+                          for e in ranked if e.status == "ok"})
+    ranked = tuple(_across_verdict(e, ranked[0], winner, tie) for e in ranked)
+    first = next(iter(devices.values()))
+    result = FindResult(p, str(order), first, ranked, winner, tie, acl,
+                        all(m.complete for m in measured), timing.max_workspace_bytes,
+                        narrowed="; ".join(notes) or None, passed_over=tuple(passed),
+                        devices=devices)
+    if not store:
+        return result
+    stored = [_store(result, m, db) for m in measured]
+    return replace(result, stored=all(s.stored for s in stored),
+                   note="; ".join(s.note for s in stored if s.note) or None,
+                   database=next((s.database for s in stored if s.database), None))
+
+
+def _across_verdict(e: FindEntry, best: FindEntry, winner: str | None,
+                    tie: tuple[str, ...]) -> FindEntry:
+    """``e``'s reason against every backend's candidates (its own backend's race judged it
+    against that backend's alone)."""
+    if e.status != "ok" or e.pruned or e.cost_s is None or best.cost_s is None:
+        return e
+    if e.qualified == winner:
+        why = "fastest of every backend, beyond the noise of every other"
+    elif e.qualified in tie:
+        why = f"tied within noise with {', '.join(x for x in tie if x != e.qualified)}"
+    else:
+        why = f"{e.cost_s / best.cost_s:.2f}x the cost of {best.qualified}"
+    return replace(e, reason=why)
+
+
+def _bytes(p: ConvProblem, shape: tuple[int, ...]) -> int:
+    size = 2 if p.dtype == "F16" else 4
+    for d in shape:
+        size *= d
+    return size
+
+
+def _narrow(problem: ConvProblem, target: Target, rules: Rules, top: int | None, backend: str,
             device: Any, db: Any) -> tuple[Shortlist | None, str | None]:
     if top is None:
         return None, None
     from .policies.predicted import shortlist  # the learner is imported only when asked
-    from .targets import resolve_target
 
-    found, why = shortlist(problem, resolve_target(target, rules), rules, top=top,
-                           backend=backend, device=device, db=db)
+    found, why = shortlist(problem, target, rules, top=top, backend=backend, device=device,
+                           db=db)
     if found is None:
         return None, f"top {top}: {why}; every candidate timed"
     return found, f"top {top}: timed {', '.join(sorted(found.labels))} (the others: {found.reason})"
-
-
-def _check_limit(limit: Any) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                              or limit < 0):
-        raise InvalidProblemError("max_workspace_bytes", limit,
-                                  "must be an integer >= 0 (bytes), or None for no limit")
-
-
-def _weights(p: ConvProblem, w: Any, layout: str) -> np.ndarray | None:
-    if w is None:
-        return None
-    if layout not in WEIGHTS_LAYOUTS:
-        raise InvalidProblemError("weights_layout", layout,
-                                  f"unknown layout; known: {', '.join(WEIGHTS_LAYOUTS)}")
-    if not isinstance(w, np.ndarray) or w.ndim != 4 or not np.issubdtype(w.dtype, np.floating):
-        raise InvalidProblemError("w", getattr(w, "shape", type(w).__name__),
-                                  "expected a 4-D floating-point numpy array")
-    if ohwi_shape(w.shape, layout) != p.weights_shape:
-        raise InvalidProblemError("w", w.shape, f"{layout} weights for this problem must hold "
-                                  f"K={p.k}, KH={p.kh}, KW={p.kw}, C/groups={p.c // p.groups}")
-    return weights_to_ohwi(w, layout).astype(np.float16 if p.dtype == "F16" else np.float32)
 
 
 def _with_weights(weights: np.ndarray | None) -> Callable[..., Any] | None:
@@ -259,13 +370,19 @@ def _rank(m: Measurement, backend: str,
         space = (algorithms.workspace_bytes(alg, m.problem, found, backend)
                  if found is not None and status != "unsupported" else None)
         entries.append(FindEntry(label, alg, found or {}, status, why, space))
+    return _ranked(entries)
+
+
+def _ranked(entries: list[FindEntry]) -> tuple[FindEntry, ...]:
+    """``entries`` in the order of :data:`STATUSES`, the timed ones fastest first (their
+    copies counted) and numbered."""
     order = {s: i for i, s in enumerate(STATUSES)}
-    entries.sort(key=lambda e: (order[e.status], e.median_s or 0.0, e.label))
+    entries = sorted(entries, key=lambda e: (order[e.status], e.cost_s or 0.0, e.qualified))
     ranked, rank = [], 0
     for e in entries:
         if e.status == "ok":
             rank += 1
-            e = FindEntry(**{**e.__dict__, "rank": rank})
+            e = replace(e, rank=rank)
         ranked.append(e)
     return tuple(ranked)
 
@@ -301,8 +418,6 @@ def _variant_params(p: ConvProblem, label: str, rules: Rules) -> dict[str, Any] 
 
 
 def _store(result: FindResult, m: Measurement, db: Any) -> FindResult:
-    from dataclasses import replace
-
     if not m.complete:
         return replace(result, note="not stored: the time budget ran out before "
                                     f"{', '.join(m.untimed)} were timed fully")

@@ -24,7 +24,7 @@ from .winograd_transforms import MAX_TILE_INPUT
 Method = Literal["GEMM", "GEMM_CONV2D", "DIRECT", "INDIRECT", "WINOGRAD", "FFT"]
 METHODS: tuple[str, ...] = ("GEMM", "GEMM_CONV2D", "DIRECT", "INDIRECT", "WINOGRAD", "FFT")
 Pair = tuple[int, int]
-ENV_VAR = "CONVSEL_HEURISTICS"
+ENV_VAR = config.variable("heuristics")
 
 
 def _transformable(tile: tuple[int, int], kernel: tuple[int, int]) -> None:

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from . import algorithms
+from . import algorithms, arguments
 from .acl import cpu as acl_cpu
 from .acl import gpu as acl_gpu
-from .errors import InvalidProblemError, UnsupportedError
+from .errors import WorkspaceLimitError
 from .problem import ConvProblem
 from .rules import METHODS, Rules, as_rules
 from .targets import Target, resolve_target
@@ -38,7 +38,9 @@ class Selection:
     ``method`` is ACL's ConvolutionMethod name, ``algorithm`` the convsel implementation that
     runs it, ``rule`` the id of the rule that decided, ``trace`` every rule in evaluation order
     and ``candidates`` every method's validate() verdict. ``params`` carries choices such as
-    the Winograd output tile. ``source`` is "rules" or "tuning-db".
+    the Winograd output tile. ``source`` is "rules" or "tuning-db". ``backend`` names where
+    it runs when the policy chose among several backends (``"opencl"``, ``"opencl:1"``);
+    None when the caller's one backend runs it.
     """
 
     method: str
@@ -54,6 +56,7 @@ class Selection:
     rules_digest: str = ""
     fallback: str | None = None      # why the algorithm differs from the method's own, if it does
     measurement: Mapping[str, Any] | None = None
+    backend: str | None = None
 
     @property
     def reason(self) -> str:
@@ -62,7 +65,8 @@ class Selection:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "method": self.method, "algorithm": self.algorithm, "rule": self.rule,
+            "method": self.method, "algorithm": self.algorithm, "backend": self.backend,
+            "rule": self.rule,
             "reason": self.reason, "target": self.target, "policy": self.policy,
             "source": self.source,
             "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params.items()},
@@ -76,7 +80,8 @@ class Selection:
         """Readable text: the answer, then each rule and each candidate."""
         lines = [f"method     {self.method}", f"algorithm  {self.algorithm}"
                  + (f"  ({', '.join(f'{k}={v}' for k, v in self.params.items())})"
-                    if self.params else ""),
+                    if self.params else "")
+                 + (f"  on {self.backend}" if self.backend else ""),
                  f"target     {self.target}   policy {self.policy} ({self.source})",
                  f"decided by {self.rule}: {self.reason}"]
         if self.fallback:
@@ -106,7 +111,8 @@ def select(problem: ConvProblem, target: str | Target = "cpu", *,
     max_workspace_bytes : int, optional
         Run nothing whose workspace (the registry's estimate) is larger: ACL's choice if it
         fits, else the first that fits in :func:`workspace_order`; the trace names each one
-        excluded with its workspace. :class:`UnsupportedError` when nothing fits.
+        excluded with its workspace. :class:`~convsel.errors.WorkspaceLimitError` (an
+        :class:`UnsupportedError`) when nothing fits.
     backend : str, optional
         Whose workspace to estimate; by default the largest over the backends that
         implement the algorithm (a bound that holds wherever it runs).
@@ -117,15 +123,35 @@ def select(problem: ConvProblem, target: str | Target = "cpu", *,
     Raises
     ------
     InvalidProblemError
-        Unknown target. A valid problem that no method supports is not an error:
-        the answer is the fallback, with the reasons.
+        Not a ConvProblem, an unknown target or backend, a limit that is not an integer
+        >= 0. A valid problem that no method supports is not an error: the answer is the
+        fallback, with the reasons.
     """
-    if not isinstance(problem, ConvProblem):
-        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
+    problem = arguments.problem(problem)
+    max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
+    backend = None if backend is None else arguments.backend(backend)
     loaded = as_rules(rules)
     resolved = resolve_target(target, loaded)
-    sel = _select_acl(problem, resolved, loaded)
-    return limit_workspace(sel, problem, resolved, loaded, max_workspace_bytes, backend)
+    return limit_workspace(acl_selection(problem, resolved, loaded), problem, resolved, loaded,
+                           max_workspace_bytes, backend)
+
+
+@lru_cache(maxsize=4096)
+def acl_selection(problem: ConvProblem, target: Target, rules: Rules) -> Selection:
+    """ACL's answer, as :func:`select` gives it without a workspace limit, for arguments
+    already checked and resolved: what the policies build on (cached: it is pure)."""
+    trace = Trace()
+    heuristic = acl_gpu if target.is_gpu else acl_cpu
+    verdicts = heuristic.candidates(problem, target, rules)
+    decision = _grouped(problem, rules, trace) or heuristic.get_convolution_method(
+        problem, target, rules, verdicts, trace)
+    candidates = tuple(Candidate(m, algorithms.algorithm_for(m, problem), verdicts[m].ok,
+                                 verdicts[m].reason) for m in METHODS)
+    algorithm, params, fallback = _runnable(decision, problem, rules)
+    return Selection(method=decision.method, algorithm=algorithm, rule=decision.rule,
+                     target=target.name, trace=tuple(trace), candidates=candidates,
+                     params=params, rules_version=rules.version, rules_digest=rules.digest,
+                     fallback=fallback)
 
 
 def workspace_order(p: ConvProblem, rules: Rules, selection: Selection,
@@ -155,56 +181,83 @@ def workspace_order(p: ConvProblem, rules: Rules, selection: Selection,
 
 
 def limit_workspace(sel: Selection, p: ConvProblem, target: Target, rules: Rules,
-                    max_bytes: int | None,
+                    max_workspace_bytes: int | None,
                     backend: str | None = None,
                     ranked: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Selection:
-    """``sel`` if its workspace fits ``max_bytes`` (or there is no limit), else the first
-    (algorithm, params) of :func:`workspace_order` that fits, with the trace saying which
-    were excluded and why. Raises UnsupportedError when none fits."""
-    if max_bytes is None:
+    """``sel`` if its workspace fits ``max_workspace_bytes`` (or there is no limit), else the
+    first (algorithm, params) of :func:`workspace_order` that fits, with the trace saying
+    which were excluded and why. Raises WorkspaceLimitError when none fits. The arguments are
+    the checked ones of an entry point (:func:`select`, :func:`convsel.choose`)."""
+    if max_workspace_bytes is None:
         return sel
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-        raise InvalidProblemError("max_workspace_bytes", max_bytes,
-                                  "must be an integer >= 0 (bytes), or None for no limit")
     steps: list[TraceStep] = []
     for alg, params in workspace_order(p, rules, sel, ranked):
-        need, why = _workspace_need(alg, p, params, backend)
+        fit = workspace_fit(alg, p, params, backend, max_workspace_bytes)
         label = algorithms.label_of(alg, params)
-        if need is not None and need <= max_bytes:
-            return _fitted(sel, target, alg, params, label, need, max_bytes, steps)
-        steps.append(TraceStep("workspace.excluded", False,
-                               f"{label}: {why}, over the limit of {_size(max_bytes)}"
-                               if need is not None else f"{label}: {why}"))
+        if fit.ok:
+            assert fit.needed is not None
+            return _fitted(sel, target, alg, params, label, fit.needed, max_workspace_bytes,
+                           steps)
+        steps.append(TraceStep("workspace.excluded", False, f"{label}: {fit.why}"))
     listed = "; ".join(s.reason for s in steps)
-    raise UnsupportedError(f"no algorithm runs {p} within max_workspace_bytes={max_bytes} "
-                           f"({listed})")
+    raise WorkspaceLimitError(f"no algorithm runs {p} within max_workspace_bytes="
+                              f"{max_workspace_bytes} ({listed})", limit=max_workspace_bytes)
 
 
-def _workspace_need(alg: str, p: ConvProblem, params: Mapping[str, Any],
-                    backend: str | None) -> tuple[int | None, str]:
-    spec = algorithms.spec(alg)
+class WorkspaceFit(NamedTuple):
+    """Whether a variant's workspace on a backend fits a limit: ``needed`` bytes (None: no
+    estimate, or not on that backend) and, when it does not fit, ``why``."""
+
+    ok: bool
+    needed: int | None
+    why: str
+
+
+def workspace_fit(algorithm: str, p: ConvProblem, params: Mapping[str, Any],
+                  backend: str | None, max_workspace_bytes: int) -> WorkspaceFit:
+    """The one judgement of a workspace limit: the registry's estimate for ``backend`` (None:
+    the largest over the backends that implement the algorithm) against the limit."""
+    spec = algorithms.spec(algorithm)
     if backend is not None and backend not in spec.backends:
-        return None, f"not implemented on the {backend} backend"
+        return WorkspaceFit(False, None, f"not implemented on the {backend} backend")
     need = spec.workspace_bytes(p, params, backend)
     if need is None:
-        return None, "the registry has no workspace estimate for it, so a limit excludes it"
-    return need, f"needs {_size(need)} of workspace"
+        return WorkspaceFit(False, None, "the registry has no workspace estimate for it, so a "
+                                         "limit excludes it")
+    if need > max_workspace_bytes:
+        return WorkspaceFit(False, need, f"needs {_size(need)} of workspace, over the limit of "
+                                         f"{_size(max_workspace_bytes)}")
+    return WorkspaceFit(True, need, "")
+
+
+def require_workspace(algorithm: str, p: ConvProblem, params: Mapping[str, Any],
+                      backend: str, max_workspace_bytes: int | None) -> None:
+    """Refuse to build ``algorithm`` on ``backend`` when its workspace does not fit the limit
+    (a named algorithm, or what a fallback would build): WorkspaceLimitError."""
+    if max_workspace_bytes is None:
+        return
+    fit = workspace_fit(algorithm, p, params, backend, max_workspace_bytes)
+    if not fit.ok:
+        label = algorithms.label_of(algorithm, params)
+        raise WorkspaceLimitError(f"{label} on {backend}: {fit.why} (max_workspace_bytes="
+                                  f"{max_workspace_bytes})", limit=max_workspace_bytes,
+                                  needed=fit.needed, algorithm=algorithm, backend=backend)
 
 
 def _fitted(sel: Selection, target: Target, alg: str, params: dict[str, Any], label: str,
-            need: int, max_bytes: int, steps: list[TraceStep]) -> Selection:
+            need: int, max_workspace_bytes: int, steps: list[TraceStep]) -> Selection:
     if not steps:   # the answer fits: say so, change nothing else
         note = TraceStep("workspace.fits", False, f"{label} needs {_size(need)} of workspace, "
-                         f"within the limit of {_size(max_bytes)}")
+                         f"within the limit of {_size(max_workspace_bytes)}")
         return replace(sel, trace=(*sel.trace, note))
     chosen = TraceStep("workspace.limit", True,
                        f"{label} is the first in the workspace order that fits: needs "
-                       f"{_size(need)}, limit {_size(max_bytes)}")
+                       f"{_size(need)}, limit {_size(max_workspace_bytes)}")
     first = algorithms.label_of(sel.algorithm, sel.params)
     return replace(sel, algorithm=alg, params=params,
                    method=algorithms.method_for(alg, target.is_gpu), rule="workspace.limit",
                    fallback=f"{first} needs more workspace than the limit "
-                            f"({_size(max_bytes)}); running {label} instead",
+                            f"({_size(max_workspace_bytes)}); running {label} instead",
                    trace=(*sel.trace, *steps, chosen))
 
 
@@ -216,22 +269,6 @@ def _size(nbytes: int) -> str:
         if nbytes < 1024 or unit == "TiB":
             return f"{nbytes:.3g} {unit}"
     return ""
-
-
-@lru_cache(maxsize=4096)
-def _select_acl(p: ConvProblem, target: Target, rules: Rules) -> Selection:
-    trace = Trace()
-    heuristic = acl_gpu if target.is_gpu else acl_cpu
-    verdicts = heuristic.candidates(p, target, rules)
-    decision = _grouped(p, rules, trace) or heuristic.get_convolution_method(
-        p, target, rules, verdicts, trace)
-    candidates = tuple(Candidate(m, algorithms.algorithm_for(m, p), verdicts[m].ok,
-                                 verdicts[m].reason) for m in METHODS)
-    algorithm, params, fallback = _runnable(decision, p, rules)
-    return Selection(method=decision.method, algorithm=algorithm, rule=decision.rule,
-                     target=target.name, trace=tuple(trace), candidates=candidates,
-                     params=params, rules_version=rules.version, rules_digest=rules.digest,
-                     fallback=fallback)
 
 
 def _grouped(p: ConvProblem, rules: Rules, trace: Trace) -> Decision | None:

@@ -65,8 +65,11 @@ def _from_threadpoolctl() -> dict[str, int] | None:
 
 
 def _from_environment(names: tuple[str, ...]) -> int:
+    from . import config  # the one reader of the environment
+
+    found = config.current().blas_thread_variables()
     for name in names:
-        value = os.environ.get(name, "").strip()
+        value = str(found.get(name, "")).strip()
         if value.isdigit() and int(value) > 0:
             return int(value)
     return cores()

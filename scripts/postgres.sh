@@ -5,7 +5,8 @@
 # (needs root and apt-get). The server runs as the `postgres` user when started by root, since
 # PostgreSQL refuses to run as root, and listens on 127.0.0.1 and a socket under its directory.
 #
-# `scripts/postgres.sh stop` stops that server (its data stays in the directory).
+# `scripts/postgres.sh stop` stops that server (its data stays in the directory);
+# `scripts/postgres.sh status` exits 0 when it is running, 1 when not (neither installs).
 # Settings (environment): CONVSEL_PG_PORT (54329), CONVSEL_PG_DIR (/tmp/convsel-pg-$PORT).
 # The role and database are both `convsel`; the password is CONVSEL_PG_PASSWORD
 # (convsel-local-test): a throwaway server on loopback, for tests and local trials only.
@@ -21,6 +22,37 @@ t0=$(date +%s.%N)
 
 bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 bin="$(bindir)"
+
+# As root, run every server command as `postgres` (created by the package; made if missing).
+as_owner=()
+owner() {
+  if [ "$(id -u)" -eq 0 ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --home-dir "$dir" --shell /bin/sh postgres
+    as_owner=(runuser -u postgres --)
+  fi
+}
+run() { "${as_owner[@]}" "$@"; }
+running() {
+  [ -n "$bin" ] && [ -s "$data/PG_VERSION" ] && run "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1
+}
+
+case "${1:-}" in
+  status)
+    owner
+    if running; then say "running ($data)"; exit 0; fi
+    say "not running ($data)"; exit 1 ;;
+  stop)
+    owner
+    if running; then
+      run "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null && say "stopped ($data)"
+    else
+      say "no server running on $data"
+    fi
+    exit 0 ;;
+  "") ;;
+  *) say "unknown argument '$1' (expected nothing, status or stop)"; exit 2 ;;
+esac
+
 if [ -z "$bin" ] || [ ! -x "$bin/initdb" ] || [ ! -x "$bin/pg_ctl" ]; then
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
     say "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin, and cannot install them (needs root and apt-get): install Debian's postgresql package"
@@ -35,22 +67,7 @@ if [ -z "$bin" ] || [ ! -x "$bin/initdb" ] || [ ! -x "$bin/pg_ctl" ]; then
   say "installed in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s"
 fi
 
-# As root, run every server command as `postgres` (created by the package; made if missing).
-as_owner=()
-if [ "$(id -u)" -eq 0 ]; then
-  id postgres >/dev/null 2>&1 || useradd --system --home-dir "$dir" --shell /bin/sh postgres
-  as_owner=(runuser -u postgres --)
-fi
-run() { "${as_owner[@]}" "$@"; }
-
-if [ "${1:-}" = "stop" ]; then
-  if [ -s "$data/PG_VERSION" ] && run "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-    run "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null && say "stopped ($data)"
-  else
-    say "no server running on $data"
-  fi
-  exit 0
-fi
+owner
 
 mkdir -p "$dir"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"

@@ -14,11 +14,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
-# Reinstall only when pyproject.toml or the requested extras changed since the last setup.
-stamp=".venv/.convsel-installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras:-none}"
+# Versions come from constraints.txt (the pins the suite passed with; the Dockerfile uses the
+# same file; scripts/constraints.py rewrites it). Reinstall only when pyproject.toml, the pins
+# or the requested extras changed since the last setup.
+stamp=".venv/.convsel-installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)-${extras:-none}"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e "$spec"
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e "$spec"
   rm -f .venv/.convsel-installed-*
   touch "$stamp"
 fi

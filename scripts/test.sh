@@ -21,9 +21,16 @@ bash scripts/setup.sh dev || exit 1
 # -- PostgreSQL (tuning store tests) ----------------------------------------------------------
 # scripts/postgres.sh installs Debian's postgresql package when it is missing, starts a private
 # server on 127.0.0.1 as the `postgres` user and prints its URL. Under CI a server that cannot
-# start fails the PostgreSQL tests (CONVSEL_REQUIRE_POSTGRES=1) instead of skipping them.
+# start fails the PostgreSQL tests (CONVSEL_REQUIRE_POSTGRES=1) instead of skipping them. A
+# server this script started is stopped when it exits (however it exits); one that was already
+# running is someone else's and keeps running.
+pg_was_running=0
+bash scripts/postgres.sh status 2>/dev/null && pg_was_running=1
 if pg_url="$(bash scripts/postgres.sh)"; then
   export CONVSEL_TEST_POSTGRES_URL="$pg_url"
+  if [ "$pg_was_running" -eq 0 ]; then
+    trap 'bash scripts/postgres.sh stop' EXIT
+  fi
 else
   echo "scripts/test.sh: PostgreSQL did not start; the PostgreSQL tests will say why" >&2
 fi

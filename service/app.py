@@ -1,41 +1,38 @@
-"""create_app(): the FastAPI application, its lifespan and its one table of routers.
+"""create_app(): the FastAPI application, its lifespan, and the list of what it mounts.
 
 Adding a route family
 ---------------------
-Write ``service/routes/<name>.py`` with ``router = APIRouter(...)`` and add its module path to
-:data:`ROUTERS`; that is the only edit here. A route module may also define:
-
-``ready(app) -> {"ok": bool, ...}``
-    a readiness check, reported under ``detail["<name>"]`` by ``GET /readyz`` (a failing
-    check makes the service unready: 503);
-``OPENAPI_MODELS``
-    pydantic models that its routes reference from ``openapi_extra`` (bodies the route reads
-    itself, such as a multipart form) and that OpenAPI must therefore list;
-``BODIES``
-    ``{path: service.limits.BodyRule}``: the body limit (a Settings field) and media types of
-    its routes; a POST route without one gets ``max_body_bytes`` and JSON only;
-and a router-level ``lifespan=`` (``APIRouter(lifespan=...)``), which FastAPI runs after the
-app's own (rules loaded, backends probed) and shuts down before it. Shared state lives in
+Write ``service/routes/<name>.py`` with ``router = APIRouter(...)``, import it below and add
+its router to :data:`ROUTERS`. Where the family needs them, add also: its readiness check to
+:data:`READY_CHECKS` (reported under ``detail["<name>"]`` by ``GET /readyz``; a failing check
+makes the service unready: 503), the bodies its routes validate themselves to
+:data:`OPENAPI_MODELS` (OpenAPI must list what ``openapi_extra`` references), and its
+``{path: BodyRule}`` to :data:`BODIES` (a POST route without one gets ``max_body_bytes`` and
+JSON only). Code two routes share lives in a module of its own (``service.timing``,
+``service.fitted``), never in a route module: no route imports another. Shared state lives in
 ``app.state.convsel`` (:class:`service.state.ServiceState`, via ``StateDep``).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from types import ModuleType
 from typing import Any
 
 import anyio
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
+from pydantic import BaseModel
 
-from convsel import backends
-from convsel._version import __version__
-from convsel.rules import load_rules
-from convsel.targets import resolve_target
+from convsel import (
+    InvalidProblemError,
+    __version__,
+    arguments,
+    backends,
+    load_rules,
+    resolve_target,
+)
 
 from . import errors, openapi
 from .config import Settings
@@ -43,20 +40,26 @@ from .limits import DEFAULT_RULE, BodyLimitMiddleware, BodyRule
 from .logs import RequestLogMiddleware
 from .metrics import Metrics, MetricsMiddleware
 from .pool import ConvPool
-from .state import ServiceState
+from .routes import conv, find, fit, meta, plan, select, tuning
+from .state import ReadyCheck, ServiceState
 
-# The service's routers, mounted in this order. Add one line per route module. Requests are
-# matched router by router, so the hot ones come first (/v1/select answers ~60 us sooner
-# matched first than behind a dozen routes).
-ROUTERS: tuple[str, ...] = (
-    "service.routes.select",   # POST /v1/select, /v1/select/batch
-    "service.routes.conv",     # POST /v1/conv2d
-    "service.routes.meta",     # /healthz /readyz /metrics /v1/targets|methods|backends|rules
-    "service.routes.plan",     # POST /v1/plan (ONNX model upload)
-    "service.routes.tuning",   # POST /v1/tune, GET /v1/tuning
-    "service.routes.fit",      # POST/GET /v1/fit (the predicted policy's model)
-    "service.routes.find",     # POST /v1/find (every algorithm ranked by measured time)
+# Mounted in this order. Requests are matched router by router, so the hot ones come first
+# (/v1/select answers ~60 us sooner matched first than behind a dozen routes).
+ROUTERS: tuple[APIRouter, ...] = (
+    select.router,   # POST /v1/select, /v1/select/batch
+    conv.router,     # POST /v1/conv2d
+    meta.router,     # /healthz /readyz /metrics /v1/targets|methods|backends|rules
+    plan.router,     # POST /v1/plan (ONNX model upload)
+    tuning.router,   # POST /v1/tune, GET /v1/tuning
+    fit.router,      # POST/GET /v1/fit (the predicted policy's model)
+    find.router,     # POST /v1/find (every algorithm ranked by measured time)
 )
+READY_CHECKS: Mapping[str, ReadyCheck] = {
+    "conv": conv.ready, "plan": plan.ready, "tuning": tuning.ready, "fit": fit.ready}
+OPENAPI_MODELS: tuple[type[BaseModel], ...] = (
+    *select.OPENAPI_MODELS, *conv.OPENAPI_MODELS, *tuning.OPENAPI_MODELS,
+    *fit.OPENAPI_MODELS, *find.OPENAPI_MODELS)
+BODIES: Mapping[str, BodyRule] = {**select.BODIES, **conv.BODIES, **plan.BODIES}
 
 DESCRIPTION = ("ACL's conv2d algorithm selection, explained, and convolutions run remotely. "
                "Errors share one body: code, message, field, value, rule.")
@@ -70,38 +73,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """
     settings = settings or Settings()
     # The describers are read at scrape time, once the lifespan has probed the backends.
-    state = ServiceState(settings, Metrics(backend_describers=lambda: state.describers))
+    state = ServiceState(settings, Metrics(backend_describers=lambda: state.describers),
+                         ready_checks=dict(READY_CHECKS))
     # /docs with Swagger UI's assets served from the fastapi-offline package, not a CDN: the
     # page works on hosts without internet access.
     app = FastAPIOffline(title="convsel", version=__version__, description=DESCRIPTION,
                          lifespan=_lifespan, redoc_url=None)
     app.state.convsel = state
     errors.install(app)
-    modules = [importlib.import_module(path) for path in ROUTERS]
-    for module in modules:
-        app.include_router(module.router)
-        if hasattr(module, "ready"):
-            state.ready_checks[module.__name__.rsplit(".", 1)[-1]] = module.ready
+    for router in ROUTERS:
+        app.include_router(router)
     # The last added is the outermost: metrics see every answer, the 413s and 415s included,
     # and every answer carries its request id.
-    app.add_middleware(BodyLimitMiddleware, settings=settings, routes=_bodies(app, modules))
+    app.add_middleware(BodyLimitMiddleware, settings=settings, routes=_bodies(ROUTERS))
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     app.add_middleware(RequestLogMiddleware, enabled=settings.request_log)
-    app.openapi = lambda: openapi.build(app, modules, state)  # type: ignore[method-assign]
+    app.openapi = lambda: openapi.build(  # type: ignore[method-assign]
+        app, api_routes(ROUTERS), OPENAPI_MODELS, state)
     return app
 
 
-def api_routes(modules: Sequence[ModuleType]) -> list[APIRoute]:
-    """The routes of the route modules' routers (FastAPI includes routers lazily, so
-    ``app.routes`` does not list them one by one)."""
-    return [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+def api_routes(routers: Sequence[APIRouter]) -> list[APIRoute]:
+    """The routers' routes (FastAPI includes routers lazily, so ``app.routes`` does not list
+    them one by one)."""
+    return [r for router in routers for r in router.routes if isinstance(r, APIRoute)]
 
 
-def _bodies(app: FastAPI, modules: Sequence[ModuleType]) -> dict[str, BodyRule]:
-    """Each POST route's body rule: its module's ``BODIES`` entry, else the default."""
-    declared = {path: rule for m in modules for path, rule in getattr(m, "BODIES", {}).items()}
-    posts = {r.path for r in api_routes(modules) if "POST" in r.methods}
-    return {path: declared.get(path, DEFAULT_RULE) for path in posts | set(declared)}
+def _bodies(routers: Sequence[APIRouter]) -> dict[str, BodyRule]:
+    """Each POST route's body rule: its entry in :data:`BODIES`, else the default."""
+    posts = {r.path for r in api_routes(routers) if "POST" in r.methods}
+    return {path: BODIES.get(path, DEFAULT_RULE) for path in posts | set(BODIES)}
 
 
 @asynccontextmanager
@@ -110,9 +111,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     s = state.settings
     rules = load_rules(s.heuristics)
     resolve_target(s.default_target, rules)   # an unknown default target refuses to start
-    if s.default_backend not in backends.BACKENDS:
-        raise ValueError(f"CONVSEL_DEFAULT_BACKEND={s.default_backend!r}: unknown backend; "
-                         f"known: {', '.join(backends.BACKENDS)}")
+    try:
+        arguments.backend(s.default_backend)
+    except InvalidProblemError as exc:   # named by the variable that set it
+        raise ValueError(f"CONVSEL_DEFAULT_BACKEND={s.default_backend!r}: {exc.rule}") from None
     state.rules = rules
     dumped = rules.model_dump(mode="json", exclude={"digest", "source"})
     state.rules_json = {"schema": dumped.pop("schema_"), **dumped}   # the file's own key

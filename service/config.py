@@ -1,5 +1,9 @@
 """Service settings, read from ``CONVSEL_*`` environment variables (pydantic-settings).
 
+:class:`Settings` extends the library's :class:`convsel.config.Config`: the rules file, the
+tuning database, the OpenCL device, the API token and the rest are the library's fields, read
+from the same variables; the fields below are the service's own.
+
 Every request body has a limit sized to what its route needs, so that no body can make the
 server hold more than a few times its limit: a selection is a few hundred bytes, a batch of
 1024 problems about 200 KiB, tensors and models have their own limits. Defaults keep a 2-core
@@ -8,25 +12,24 @@ machine with a few GB of memory safe (see the README's "HTTP service" section fo
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any
-
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from convsel.config import PREFIX, Config
 
 KiB = 1 << 10
 MiB = 1 << 20
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, Config):
     """Every knob of the service. ``CONVSEL_PORT=9000 convsel serve`` sets ``port``.
 
-    ``heuristics`` reads ``CONVSEL_HEURISTICS`` and ``tuning_db`` ``CONVSEL_TUNING_DB``, the
-    variables the library reads, so the CLI and the service answer from the same files.
+    The library's fields (``heuristics``, ``tuning_db``, ``opencl_device``, ``api_token``,
+    ...) come with :class:`~convsel.config.Config`, so the CLI and the service answer from the
+    same files and devices.
     """
 
-    model_config = SettingsConfigDict(env_prefix="CONVSEL_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
 
     host: str = Field("127.0.0.1", description="address to bind; 0.0.0.0 in containers")
     port: int = Field(8000, ge=0, le=65535)
@@ -37,16 +40,9 @@ class Settings(BaseSettings):
                               "request id that the X-Request-ID header echoes")
     max_connections: int = Field(256, ge=1, description="uvicorn limit_concurrency: more -> 503")
 
-    heuristics: Path | None = Field(None, description="rules file; default: the packaged one")
     default_target: str = "cpu"
     default_backend: str = Field("numpy", description="numpy or opencl")
-    default_device: str | None = Field(None, description="OpenCL device passed to backends")
-    tuning_db: str | None = Field(None, description="tuning database: a path (SQLite) or a URL "
-                                  "the library accepts; default: the user data directory")
 
-    api_token: SecretStr | None = Field(None, description="when set, routes that write or "
-                                        "spend a lot (/v1/tune) and /metrics require "
-                                        "'Authorization: Bearer <token>'")
     show_paths: bool = Field(False, description="show host file paths (rules file, tuning "
                              "database) in /readyz, /v1/rules and /v1/tuning")
 
@@ -72,9 +68,3 @@ class Settings(BaseSettings):
     max_concurrent_convolutions: int = Field(2, ge=1, description="threads running convolutions")
     max_queued_convolutions: int = Field(8, ge=0, description="accepted, waiting for a thread")
     retry_after_seconds: int = Field(1, ge=0, description="Retry-After on 503 when busy")
-
-    @field_validator("tuning_db", mode="before")
-    @classmethod
-    def _path_as_text(cls, value: Any) -> Any:
-        # A path or a URL (postgresql://...): kept as text, which Path() would mangle.
-        return os.fspath(value) if isinstance(value, os.PathLike) else value

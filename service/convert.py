@@ -15,10 +15,16 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from convsel.errors import InvalidProblemError
-from convsel.policies import POLICY_OPTIONS, choose
-from convsel.problem import ConvProblem
-from convsel.rules import Rules
+from convsel import (
+    BackendUnavailableError,
+    ConvProblem,
+    InvalidProblemError,
+    Rules,
+    arguments,
+    backends,
+    choose,
+)
+from convsel.policies import options_for
 
 from .errors import TooLargeError
 from .state import ServiceState
@@ -74,24 +80,60 @@ def validate_body(model: type[M], data: Any, *, json: bool = False,
 
 def json_body(model_name: str) -> dict[str, Any]:
     """``openapi_extra`` documenting a JSON body that the route validates itself (the model
-    must be listed in the route module's ``OPENAPI_MODELS``)."""
+    must be listed in ``service.app.OPENAPI_MODELS``, through its module's
+    ``OPENAPI_MODELS``)."""
     return {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": f"#/components/schemas/{model_name}"}}}}}
 
 
-def selection_options(state: ServiceState, policy: str, backend: str | None,
+def selection_options(state: ServiceState, policy: str, backend: str | list[str] | None,
                       device: str | None) -> dict[str, Any]:
-    """The policy's options: what the client gave, and the server's defaults for the options
-    the policy takes (measured and predicted: backend, device, tuning database)."""
-    options = {k: v for k, v in (("backend", backend), ("device", device)) if v is not None}
-    takes = POLICY_OPTIONS.get(policy, ())
-    if "backend" in takes:
-        options.setdefault("backend", state.settings.default_backend)
-    if "device" in takes:
-        options.setdefault("device", state.settings.default_device)
-    if "db" in takes and state.settings.tuning_db is not None:
-        options["db"] = state.settings.tuning_db
-    return options
+    """The policy's options: what the client gave (an option the policy does not take is
+    refused when the policy is built), and the server's defaults for the options the policy
+    takes (measured and predicted: backend, device, tuning database). A backend list that
+    names a device index takes no server device beside it."""
+    s = state.settings
+    server_device = None if backend is not None and _names_a_device(backend) else \
+        s.opencl_device
+    return options_for(policy, {"backend": backend, "device": device},
+                       defaults={"backend": s.default_backend, "device": server_device,
+                                 "db": s.tuning_db})
+
+
+def _names_a_device(backend: str | list[str] | backends.Preference) -> bool:
+    return any(e.device is not None for e in arguments.backends(backend))
+
+
+def backends_and_device(state: ServiceState, given: str | list[str] | None
+                        ) -> tuple[backends.Preference, str | None]:
+    """The request's backends (one, or several in order of preference), else the server's,
+    and the device for the entries that name none: the server's, unless one names its
+    index."""
+    chosen = arguments.backends(given or state.settings.default_backend)
+    return chosen, None if _names_a_device(chosen) else state.settings.opencl_device
+
+
+def backends_to_run(state: ServiceState, given: str | list[str] | None
+                    ) -> tuple[backends.Preference, str | None]:
+    """:func:`backends_and_device` for work that times on the backend: one backend that
+    cannot run here is 503, as :func:`backend_to_run`; a list passes over those that
+    cannot, as the library does."""
+    chosen, device = backends_and_device(state, given)
+    if chosen.single:
+        ready = backends.available(chosen.first.backend)
+        if not ready.ok:
+            raise BackendUnavailableError(ready.reason, backend=chosen.first.backend)
+    return chosen, device
+
+
+def backend_to_run(state: ServiceState, given: str | None) -> str:
+    """The request's backend, else the server's, if it can run here: a backend that cannot
+    (no OpenCL device) is 503, as when the library finds it so."""
+    backend = arguments.backend(given or state.settings.default_backend)
+    ready = backends.available(backend)
+    if not ready.ok:
+        raise BackendUnavailableError(ready.reason, backend=backend)
+    return backend
 
 
 def run_select(state: ServiceState, problem: ConvProblem, target: str | None, policy: str,
@@ -134,5 +176,6 @@ def _acl_answer(problem_json: str, target: str, rules: Rules) -> tuple[bytes, di
     return to_json(answer), labels
 
 
-__all__ = ["check_size", "json_body", "run_select", "select_json",
-           "selection_options", "to_problem", "validate_body"]
+__all__ = ["backend_to_run", "backends_and_device", "backends_to_run", "check_size",
+           "json_body", "run_select", "select_json", "selection_options", "to_problem",
+           "validate_body"]

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from convsel.errors import (
+from convsel import (
     BackendUnavailableError,
     ConvselError,
     InvalidProblemError,
@@ -25,6 +25,7 @@ from convsel.errors import (
     TuningDatabaseError,
     UnknownTargetError,
     UnsupportedError,
+    WorkspaceLimitError,
 )
 
 log = logging.getLogger("convsel.service")
@@ -64,6 +65,8 @@ ERRORS: dict[type[BaseException], tuple[int, str]] = {
     UnknownTargetError: (422, "unknown_target"),
     InvalidProblemError: (422, "invalid_problem"),
     BackendUnavailableError: (503, "backend_unavailable"),
+    # the service passes only its own limit (CONVSEL_MAX_WORKSPACE_BYTES) to the library
+    WorkspaceLimitError: (413, "too_large"),
     UnsupportedError: (422, "unsupported"),
     TuningDatabaseError: (503, "tuning_database_unavailable"),
     KernelBuildError: (500, "kernel_build_failed"),

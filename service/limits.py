@@ -19,6 +19,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from convsel.config import PREFIX
+
 from .config import Settings
 from .errors import error_body
 
@@ -41,7 +43,7 @@ class BodyRule:
 
     @property
     def variable(self) -> str:
-        return f"CONVSEL_{self.setting.upper()}"
+        return PREFIX + self.setting.upper()   # pydantic-settings' rule (service.config)
 
 
 DEFAULT_RULE = BodyRule("max_body_bytes")

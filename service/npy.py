@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from convsel.errors import InvalidProblemError
+from convsel import InvalidProblemError
 
 from .errors import TooLargeError
 

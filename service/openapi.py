@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from convsel.rules import Rules, load_rules
+from convsel import Rules, load_rules
 from convsel.targets import target_names
 
 from .auth import require_token
@@ -34,20 +34,22 @@ BEARER = "bearerAuth"
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 
 
-def build(app: FastAPI, modules: Sequence[ModuleType], state: ServiceState) -> dict[str, Any]:
+def build(app: FastAPI, routes: Sequence[APIRoute], models: Sequence[type[BaseModel]],
+          state: ServiceState) -> dict[str, Any]:
+    """The document for ``app``, whose ``routes`` validate ``models`` themselves (bodies that
+    ``openapi_extra`` references, which FastAPI therefore does not list)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
                          routes=app.routes)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    extra = [m for module in modules for m in getattr(module, "OPENAPI_MODELS", ())]
-    _, defs = models_json_schema([(m, "validation") for m in (*extra, ErrorBody)],
+    _, defs = models_json_schema([(m, "validation") for m in (*models, ErrorBody)],
                                  ref_template="#/components/schemas/{model}")
     for name, definition in defs.get("$defs", {}).items():
         components.setdefault(name, definition)
     rules = state.rules or load_rules(state.settings.heuristics)
     _fill(schema, target_schema(rules), state.settings.max_batch_size)
-    _security(schema, modules, token=state.settings.api_token is not None)
+    _security(schema, routes, token=state.settings.api_token is not None)
     _error_bodies(schema)
     app.openapi_schema = schema
     return schema
@@ -94,8 +96,7 @@ def _retarget(node: dict[str, Any], target: dict[str, Any]) -> None:
     node["anyOf"] = [m for m in members if m.get("type") != "string"] + target["anyOf"]
 
 
-def _security(schema: dict[str, Any], modules: Sequence[ModuleType], *, token: bool) -> None:
-    routes = [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+def _security(schema: dict[str, Any], routes: Sequence[APIRoute], *, token: bool) -> None:
     guarded = {(r.path, m.lower()) for r in routes for m in r.methods
                if any(d.dependency is require_token for d in r.dependencies)}
     for path, operations in schema.get("paths", {}).items():

@@ -19,9 +19,11 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PlainValidator,
     StrictBool,
     StrictInt,
     Tag,
+    WithJsonSchema,
     create_model,
     model_validator,
 )
@@ -160,6 +162,30 @@ ProblemIn = create_model(  # type: ignore[call-overload]
 
 Policy = _enum(POLICIES)
 Backend = _enum(backends.BACKENDS)
+MAX_BACKENDS = 8   # entries of a backend list: more than any host has backends and devices
+_BACKEND_LIST_DOC = (f"one backend ({', '.join(backends.BACKENDS)}; opencl:1 names a device "
+                     "by index, as GET /v1/backends lists them), several in order of "
+                     "preference (a list, or 'opencl,numpy'), or 'auto' (every backend this "
+                     "server has); the library judges the names")
+_NAME_SCHEMA = {"type": "string", "maxLength": MAX_NAME}
+
+
+def _backend_list(value: Any) -> str | list[str]:
+    """The shape of a backend argument (the names are the library's to judge): one string,
+    or a list of 1 to MAX_BACKENDS strings, each at most MAX_NAME characters. One check and
+    one error at ``body.backend``, where a union would report each of its members."""
+    names = value if isinstance(value, list) and 0 < len(value) <= MAX_BACKENDS else [value]
+    if all(isinstance(n, str) and len(n) <= MAX_NAME for n in names):
+        return list(value) if isinstance(value, list) else str(value)
+    raise ValueError(f"expected a backend name (at most {MAX_NAME} characters) or a list of "
+                     f"1 to {MAX_BACKENDS} of them")
+
+
+# A backend argument as the library reads it (convsel.arguments.backends).
+BackendList = Annotated[Union[str, list[str]],  # noqa: UP007 - a runtime type for pydantic
+                        PlainValidator(_backend_list), WithJsonSchema({"anyOf": [
+                            _NAME_SCHEMA, {"type": "array", "items": _NAME_SCHEMA,
+                                           "minItems": 1, "maxItems": MAX_BACKENDS}]})]
 Algorithm = _enum(["auto", *algorithms.ALGORITHMS])
 _POLICY = Field("acl", description="who decides (convsel.policies): acl answers with ACL's "
                 "rules; measured with the tuning database's timings where it has them")
@@ -175,8 +201,9 @@ class SelectRequest(_In):
     problem: ProblemIn  # type: ignore[valid-type]
     target: str | None = _TARGET
     policy: Policy = _POLICY  # type: ignore[valid-type]
-    backend: Backend | None = Field(  # type: ignore[valid-type]
-        None, description="policy=measured only: whose timings")
+    backend: BackendList | None = Field(
+        None, description="policy=measured or predicted only: whose timings or model; "
+        "several are compared and the answer names the fastest: " + _BACKEND_LIST_DOC)
     device: str | None = _DEVICE
 
 
@@ -189,7 +216,7 @@ class SelectBatchRequest(_In):
         json_schema_extra=BATCH_FIELD, description="at most CONVSEL_MAX_BATCH_SIZE problems")
     target: str | None = _TARGET
     policy: Policy = _POLICY  # type: ignore[valid-type]
-    backend: Backend | None = None  # type: ignore[valid-type]
+    backend: BackendList | None = Field(None, description="as in SelectRequest")
     device: str | None = _DEVICE
 
 
@@ -202,8 +229,9 @@ class Conv2dRequest(_In):
     w: str = Field(description="weights, base64 of .npy bytes")
     bias: str | None = Field(None, description="K values, base64 of .npy bytes")
     algorithm: Algorithm = Field("auto", description=_ALGORITHMS_DOC)  # type: ignore[valid-type]
-    backend: Backend | None = Field(  # type: ignore[valid-type]
-        None, description="default: the server's")
+    backend: BackendList | None = Field(
+        None, description="where it runs (default: the server's): the first that supports "
+        "the chosen algorithm, the others passed over with why; " + _BACKEND_LIST_DOC)
     target: str | None = _TARGET
     weights_layout: _enum(WEIGHTS_LAYOUTS) = "OHWI"  # type: ignore[valid-type]
     policy: Policy = _POLICY  # type: ignore[valid-type]
@@ -225,7 +253,7 @@ CONV2D_FORM_SCHEMA: dict[str, Any] = {
         "w": {"type": "string", "format": "binary", "description": ".npy file"},
         "bias": {"type": "string", "format": "binary", "description": ".npy file"},
         "algorithm": _text_part(_CONV_FIELDS["algorithm"]),
-        "backend": {"type": "string", "enum": list(backends.BACKENDS)},
+        "backend": {"type": "string", "maxLength": MAX_NAME, "description": _BACKEND_LIST_DOC},
         "target": {"type": "string", "maxLength": MAX_NAME},
         "weights_layout": _text_part(_CONV_FIELDS["weights_layout"]),
         "policy": _text_part(_CONV_FIELDS["policy"]),
@@ -304,6 +332,8 @@ class SelectResponse(BaseModel):
     problem: ProblemOut
     method: str
     algorithm: str
+    backend: str | None = Field(None, description="where it runs, when the policy chose "
+                                "among several backends")
     rule: str
     reason: str
     target: str
@@ -338,6 +368,8 @@ class Conv2dResponse(BaseModel):
     backend: str = Field(description="the backend that ran it (numpy after a fallback)")
     params: dict[str, Any]
     fallback: str | None = Field(description="why what ran differs from what was asked")
+    passed_over: list[str] = Field([], description="each backend of the list that did not "
+                                   "run it, with why")
     time_ms: float = Field(description="prepare + run on the server, without (de)coding")
 
 
@@ -379,6 +411,9 @@ class BackendOut(BaseModel):
     describe: dict[str, Any] | None = Field(
         None, description="the backend's describe(): devices, counters; null if it has none")
     describe_error: str | None = None
+    capabilities: dict[str, Any] | None = Field(
+        None, description="convsel.backends.capabilities(): dtypes, device-resident arrays, "
+        "and per device its index, F16 mode, fp64, tensor cores")
 
 
 class BackendsResponse(BaseModel):

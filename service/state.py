@@ -10,8 +10,9 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 
-from convsel.rules import Rules, default_rules_path
-from convsel.tuning.db import default_target, is_url, open_db
+from convsel import Rules
+from convsel.rules import default_rules_path
+from convsel.tuning import default_target, is_url, open_db
 from convsel.verdict import Verdict
 
 from .config import Settings
@@ -32,8 +33,8 @@ HIDDEN = "<path>"
 class ServiceState:
     """Built by ``create_app``; ``rules``, ``backends`` and ``pool`` are filled by the lifespan.
 
-    ``ready_checks`` maps a component name to a function returning ``{"ok": bool, ...}``;
-    router modules contribute theirs (see ``service.app.ROUTERS``).
+    ``ready_checks`` maps a component name to a function returning ``{"ok": bool, ...}``
+    (``service.app.READY_CHECKS``).
     """
 
     settings: Settings

@@ -4,9 +4,15 @@ resolved parameters, and a library that stands without the service."""
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import json
+import re
 import subprocess
 import sys
+import textwrap
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,23 +80,171 @@ def test_selection_imports_nothing_above_it():
     assert json.loads(out.stdout.strip().replace("'", '"')) == []
 
 
-def _imports(path: Path) -> set[str]:
-    """The convsel modules a file imports (absolute names), at any depth of the file."""
-    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module[:-9]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+# ---- the import graph ------------------------------------------------------------------------
+# Every import of convsel/ and service/, as the ast sees it: at the top of a module, inside a
+# function, under TYPE_CHECKING, and modules named by a string (importlib.import_module,
+# a lazy-import table, uvicorn's "module:attribute"). An edge goes to the module named, not to
+# the packages Python runs on the way (`import convsel.tuning.db` runs convsel/__init__ too,
+# which would make every package that imports its own submodules a circle).
+
+PACKAGES = ("convsel", "service")
+# a dotted name, optionally "module:attribute": the form in which strings name modules
+_MODULE_TEXT = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+(?::[\w.]+)?")
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str               # the importing module
+    target: str               # the imported module
+    names: tuple[str, ...]    # the names taken from it (`from target import a, b`); () for a module
+    where: str                # "top", "function", "type-checking" or "string"
+    line: int
+
+
+def _module_files(root: Path = ROOT) -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _where(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
+    """Where an import statement sits: in a function, under ``if TYPE_CHECKING:``, or at the
+    top level of the module (which includes try/except and plain if blocks)."""
+    place = "top"
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return "function"
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            place = "type-checking"
+    return place
+
+
+def import_sites(source: str, module: str, is_package: bool,
+                 known: Collection[str]) -> list[Import]:
+    """Every import in ``source`` (the text of ``module``) of a module in ``known``."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    package = module if is_package else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            found |= {name} | {f"{name}.{a.name}" for a in node.names}
+            names = []
+            for alias in node.names:
+                sub = f"{name}.{alias.name}"
+                if sub in known:        # `from convsel import backends`: the module itself
+                    found.append(Import(module, sub, (), _where(node, parents), node.lineno))
+                else:
+                    names.append(alias.name)
+            if names and name in known:
+                found.append(Import(module, name, tuple(names), _where(node, parents),
+                                    node.lineno))
         elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-    return {n for n in found if n.startswith(("convsel", "service"))}
+            for alias in node.names:
+                name = alias.name
+                while name and name not in known:   # `import a.b.c` where a.b.c is a name
+                    name = name.rpartition(".")[0]
+                if name:
+                    found.append(Import(module, name, (), _where(node, parents), node.lineno))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and _MODULE_TEXT.fullmatch(node.value):
+            name = node.value.split(":")[0]
+            if name in known:
+                found.append(Import(module, name, (), "string", node.lineno))
+    return [i for i in found if i.target != module]
+
+
+@functools.cache
+def all_imports() -> tuple[Import, ...]:
+    files = _module_files()
+    return tuple(i for module, path in files.items()
+                 for i in import_sites(path.read_text(), module, path.name == "__init__.py",
+                                       files))
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {module: set() for module in _module_files()}
+    for i in all_imports():
+        graph[i.source].add(i.target)
+    return graph
+
+
+def strongly_connected(graph: Mapping[str, Collection[str]]) -> list[frozenset[str]]:
+    """The circles of ``graph``: its strongly connected components of more than one module
+    (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.add(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                circles.append(frozenset(members))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_the_graph_sees_every_kind_of_import():
+    source = textwrap.dedent("""
+        from typing import TYPE_CHECKING
+        from . import b
+        from .. import errors, ConvProblem
+        import convsel.tuning.db as db
+        if TYPE_CHECKING:
+            from .c import C
+        LAZY = {"x": "convsel.api", "app": "service.app:create_app", "words": "convsel api"}
+        def f():
+            from convsel.finder import find
+            return find
+    """)
+    known = {"convsel", "convsel.errors", "convsel.pkg", "convsel.pkg.b", "convsel.pkg.c",
+             "convsel.api", "convsel.finder", "convsel.tuning", "convsel.tuning.db", "service.app"}
+    found = {(i.target, i.names, i.where) for i in import_sites(source, "convsel.pkg.a", False,
+                                                                 known)}
+    assert found == {("convsel.pkg.b", (), "top"), ("convsel.errors", (), "top"),
+                     ("convsel", ("ConvProblem",), "top"), ("convsel.tuning.db", (), "top"),
+                     ("convsel.pkg.c", ("C",), "type-checking"), ("convsel.api", (), "string"),
+                     ("service.app", (), "string"), ("convsel.finder", ("find",), "function")}
+
+
+def test_strongly_connected_finds_every_circle():
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+    assert set(strongly_connected(graph)) == {frozenset("ab"), frozenset("cde")}
+
+
+def test_no_import_circle():
+    """Module by module, function-level, TYPE_CHECKING and string imports included."""
+    circles = [sorted(c) for c in strongly_connected(_graph())]
+    assert circles == [], f"import circles: {circles}"
 
 
 LAYERS = ["selection", "policies", "api", "execute", "tuning", "backends"]
@@ -98,35 +252,90 @@ LAYERS = ["selection", "policies", "api", "execute", "tuning", "backends"]
 
 def _layer(name: str) -> str | None:
     parts = name.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+    return parts[1] if len(parts) > 1 and parts[0] == "convsel" and parts[1] in LAYERS else None
 
 
-def test_no_import_cycle_between_the_layers():
-    edges: set[tuple[str, str]] = set()
-    for path in (ROOT / "convsel").rglob("*.py"):
-        src = _layer(".".join(path.relative_to(ROOT).with_suffix("").parts))
-        if src is None:
-            continue
-        for name in _imports(path):
-            dst = _layer(name)
-            if dst and dst != src:
-                edges.add((src, dst))
+def test_no_layer_imports_one_above_it():
     order = {"selection": 0, "backends": 1, "execute": 2, "tuning": 3, "policies": 4, "api": 5}
-    upward = sorted((a, b) for a, b in edges if order[b] > order[a])
+    upward = sorted({(i.source, i.target) for i in all_imports()
+                     if _layer(i.source) and _layer(i.target)
+                     and order[_layer(i.target)] > order[_layer(i.source)]})
     assert upward == [], f"imports that point up the layers: {upward}"
 
 
+# `convsel serve` is the service's launcher: its one import of the service, when the command
+# runs, is the only one the library makes.
+LAUNCHER = Import("convsel.cli.serve_cmd", "service.server", ("serve",), "function", 0)
+
+
 def test_the_library_never_imports_the_service():
-    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "convsel").rglob("*.py")
-                 if any(n == "service" or n.startswith("service.") for n in _imports(p))]
-    assert offenders == []
+    offenders = [i for i in all_imports()
+                 if i.source.partition(".")[0] == "convsel" and i.target.startswith("service")]
+    assert [(i.source, i.target, i.names, i.where) for i in offenders] == [
+        (LAUNCHER.source, LAUNCHER.target, LAUNCHER.names, LAUNCHER.where)]
 
 
 def test_backends_never_read_the_rules():
-    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "convsel/backends").rglob("*.py")
-                 if any(n.startswith(("convsel.rules", "convsel.selection",
-                                      "convsel.policies")) for n in _imports(p))]
+    offenders = sorted({(i.source, i.target) for i in all_imports()
+                        if i.source.startswith("convsel.backends")
+                        and i.target.startswith(("convsel.rules", "convsel.selection",
+                                                 "convsel.policies"))})
     assert offenders == []
+
+
+# What the service may import from the library: the front door and the packages' public
+# faces, plus the vocabulary modules whose names the wire format states. Never an inner module
+# (convsel.tuning.db, convsel.learn.stored, convsel.policies.predicted, convsel.api, ...).
+SERVICE_MAY_IMPORT = {
+    "convsel": "choose/select/prepare/conv2d/find/plan, ConvProblem, Rules, the errors",
+    "convsel.config": "the library's settings, which the service's Settings extend",
+    "convsel.arguments": "the front door's checks, for the server's own defaults and limits",
+    "convsel.tuning": "the tuning store: open a database, its default, the device key",
+    "convsel.learn": "fit and store the predicted policy's model",
+    "convsel.policies": "the policies by name, their options, the model in use",
+    "convsel.onnx": "read a model to plan it",
+    "convsel.algorithms": "the algorithm registry: names and descriptions",
+    "convsel.backends": "the backends: names, availability, describe()",
+    "convsel.problem": "dtypes and layouts a problem takes",
+    "convsel.activation": "the activation kinds",
+    "convsel.layouts": "the weights layouts",
+    "convsel.targets": "the targets' names",
+    "convsel.rules": "ACL's methods, the packaged rules file",
+    "convsel.verdict": "a backend's availability (Verdict)",
+}
+
+
+def _public(module: str) -> set[str] | None:
+    """``module.__all__``, or None where the module has none."""
+    declared = getattr(importlib.import_module(module), "__all__", None)
+    return None if declared is None else set(declared)
+
+
+def test_the_service_imports_only_the_librarys_public_modules():
+    library = [i for i in all_imports()
+               if i.source.startswith("service") and i.target.partition(".")[0] == "convsel"]
+    assert library, "the graph found no import of the library by the service"
+    inner = sorted({(i.source, i.target) for i in library if i.target not in SERVICE_MAY_IMPORT})
+    assert inner == [], f"the service reaches past the library's public modules: {inner}"
+    private = sorted({(i.source, i.target, name) for i in library for name in i.names
+                      if name.startswith("_") and name != "__version__"
+                      or name not in (_public(i.target) or {name})})
+    assert private == [], f"names the library does not export: {private}"
+
+
+def test_routes_are_mounted_explicitly_and_never_import_one_another():
+    routes = [i for i in all_imports() if i.source.startswith("service.routes.")
+              and i.target.startswith("service.routes.")]
+    assert routes == []
+    strings = {(i.source, i.target) for i in all_imports()
+               if i.source.startswith("service") and i.where == "string"}
+    # uvicorn's workers import the app factory by its name; nothing else is loaded by text
+    assert strings == {("service.server", "service.app")}
+    dynamic = sorted(str(path.relative_to(ROOT)) for module, path in _module_files().items()
+                     if module.startswith("service") and any(
+                         isinstance(node, (ast.Import, ast.ImportFrom)) and "importlib" in
+                         ast.unparse(node) for node in ast.walk(ast.parse(path.read_text()))))
+    assert dynamic == [], "the service imports its modules by name, never through importlib"
 
 
 def test_every_list_of_algorithms_comes_from_the_registry():

@@ -1,5 +1,6 @@
-"""convsel's algorithms: ids, ACL method names, hard constraints and variants, all derived
-from the one table in :mod:`convsel.algorithms.registry`. Pure: no arrays, no devices."""
+"""convsel's algorithms: ids, ACL method names, hard constraints, variants and workspace
+estimates, all derived from the one table in :mod:`convsel.algorithms.registry`, which lists
+one home module per algorithm. Pure: no arrays, no devices."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 from ..problem import ConvProblem
 from ..rules import Rules
 from ..verdict import Verdict, failed
-from .constraints import is_plain_1x1, winograd_tiles
-from .registry import REGISTRY, AlgorithmSpec
+from .gemm_1x1 import is_plain_1x1
+from .registry import REGISTRY
+from .spec import AlgorithmSpec
+from .winograd import winograd_tiles
 
 SPECS: dict[str, AlgorithmSpec] = {s.id: s for s in REGISTRY}
 ALGORITHMS: tuple[str, ...] = tuple(SPECS)
@@ -24,8 +27,8 @@ for _spec in REGISTRY:
 FALLBACK_ALGORITHM = "im2col_gemm"   # supports every valid problem
 
 __all__ = ["ALGORITHMS", "FALLBACK_ALGORITHM", "METHOD_ALGORITHMS", "SPECS", "TIMING_ORDER",
-           "AlgorithmSpec", "algorithm_for", "is_plain_1x1", "label_of", "method_for", "spec",
-           "supports", "variants", "winograd_tiles", "workspace_bytes"]
+           "AlgorithmSpec", "algorithm_for", "dominated", "is_plain_1x1", "label_of",
+           "method_for", "spec", "supports", "variants", "winograd_tiles", "workspace_bytes"]
 
 
 def spec(algorithm: str) -> AlgorithmSpec:
@@ -69,6 +72,12 @@ def workspace_bytes(algorithm: str, p: ConvProblem, params: Mapping[str, Any] | 
     (None: the largest over its backends), from the registry's pure estimate; None when the
     registry has no estimate for it."""
     return spec(algorithm).workspace_bytes(p, params or {}, backend)
+
+
+def dominated(algorithm: str, p: ConvProblem) -> Verdict:
+    """Fails when ``algorithm`` provably cannot win on ``p`` (so tuning need not time it),
+    with the reason."""
+    return spec(algorithm).dominated(p)
 
 
 def label_of(algorithm: str, params: Mapping[str, Any] | None = None) -> str:

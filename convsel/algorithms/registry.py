@@ -1,110 +1,26 @@
-"""THE table of convsel's algorithms: one entry says everything about one algorithm.
+"""THE table of convsel's algorithms: one home module per algorithm, listed here once.
 
-Every list elsewhere (ids, ACL method names, backend implementations, timing order, report
-colours, service descriptions, tuning variants) is derived from :data:`REGISTRY`. Adding an
-algorithm means: an entry here (with its constraint in :mod:`.constraints`), its numpy
-module, its OpenCL module (+ ``.cl``), and its tolerance row in the tests.
+Each home (``direct.py``, ``winograd.py``, ...) states everything about its algorithm that
+is not backend code, as an :class:`~convsel.algorithms.spec.AlgorithmSpec`: ACL methods,
+hard constraint, variants, per-backend workspace estimates, cost-model features, dominance,
+correctness tolerance, display data. Every list elsewhere (ids, ACL method names, backend
+implementations, timing order, report colours, service descriptions, tuning variants, the
+tests' tables, the README's table) is derived from :data:`REGISTRY`. Adding an algorithm
+means: its home, a line here, and one module per backend implementing it (+ its ``.cl``).
+The order is the one-hot order of the cost models' features: append, do not reorder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-from ..problem import ConvProblem
-from ..rules import Rules
-from ..verdict import Verdict
-from . import constraints as c
-from . import workspace as ws
-
-Constraint = Callable[[ConvProblem, Rules, Mapping[str, Any]], Verdict]
-Variants = Callable[[ConvProblem, Rules], list[dict[str, Any]]]
-
-
-def _no_variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
-    return [{}]
-
-
-@dataclass(frozen=True)
-class AlgorithmSpec:
-    """One algorithm.
-
-    ``cpu_method``/``gpu_method`` are ACL's ConvolutionMethod names for it on each side;
-    ``acl_pick`` says, for a problem whose ACL method maps to several algorithms, whether
-    this one runs it (checked in table order). ``supports`` holds the hard constraints and
-    resolves parameters; ``variants`` lists the parameter sets worth timing. ``backends``
-    maps a backend to the module implementing it there.
-    """
-
-    id: str
-    description: str
-    cpu_method: str
-    gpu_method: str
-    supports: Constraint
-    backends: Mapping[str, str]
-    timing_rank: int
-    colour: str
-    variants: Variants = _no_variants
-    acl_pick: Callable[[ConvProblem], bool] = field(default=lambda p: True)
-    # backend -> pure estimate of the kernel's ``workspace_bytes`` (params resolved); a
-    # backend missing here has no estimate, and a workspace limit then excludes it
-    workspace: Mapping[str, ws.Estimate] = field(default_factory=dict)
-
-    def workspace_bytes(self, p: ConvProblem, params: Mapping[str, Any],
-                        backend: str | None = None) -> int | None:
-        """The workspace on ``backend``, or the largest over the backends implementing it
-        (None: no estimate for that backend, or for one of them)."""
-        names = [backend] if backend is not None else list(self.backends)
-        if any(b not in self.workspace for b in names):
-            return None
-        return max(self.workspace[b](p, params) for b in names)
-
-
-def _module(backend: str, name: str) -> str:
-    return f"convsel.backends.{backend}.{name}"
-
-
-def _both(name: str) -> dict[str, str]:
-    return {"numpy": _module("numpy", name), "opencl": _module("opencl", name)}
-
-
-def _ws(numpy: ws.Estimate, opencl: ws.Estimate) -> dict[str, ws.Estimate]:
-    return {"numpy": numpy, "opencl": opencl}
-
+from . import direct, fft, gemm_1x1, im2col_gemm, implicit_gemm, indirect_gemm, winograd
+from .spec import AlgorithmSpec
 
 REGISTRY: tuple[AlgorithmSpec, ...] = (
-    AlgorithmSpec(
-        "direct", "direct convolution, one output at a time (grouped and depthwise too)",
-        "DIRECT", "DIRECT", c.any_problem("direct"), _both("direct"), timing_rank=5,
-        colour="tab:brown", workspace=_ws(ws.numpy_direct, ws.opencl_direct)),
-    AlgorithmSpec(
-        "gemm_1x1", "a 1x1 convolution as one GEMM over channels",
-        "GEMM", "GEMM", c.gemm_1x1, _both("gemm_1x1"), timing_rank=0, colour="tab:cyan",
-        acl_pick=c.is_plain_1x1, workspace=_ws(ws.numpy_gemm_1x1, ws.opencl_gemm_1x1)),
-    AlgorithmSpec(
-        "im2col_gemm", "im2col into a workspace, then one GEMM",
-        "GEMM", "GEMM", c.any_problem("im2col + GEMM"), _both("im2col_gemm"), timing_rank=1,
-        colour="tab:blue", workspace=_ws(ws.numpy_im2col_gemm, ws.opencl_im2col_gemm)),
-    AlgorithmSpec(
-        "implicit_gemm", "implicit GEMM: NHWC input tiles gathered into local memory, "
-        "register-tiled, no im2col buffer (OpenCL)",
-        "GEMM", "GEMM", c.implicit_gemm, {"opencl": _module("opencl", "implicit_gemm")},
-        timing_rank=1, colour="tab:olive", variants=c.implicit_gemm_variants,
-        acl_pick=lambda p: False, workspace={"opencl": ws.opencl_implicit_gemm}),
-    AlgorithmSpec(
-        "winograd", "Winograd F(tile, kernel): transforms and batched GEMMs (stride 1)",
-        "WINOGRAD", "WINOGRAD", c.winograd, _both("winograd"), timing_rank=2,
-        colour="tab:orange", variants=c.winograd_variants,
-        workspace=_ws(ws.numpy_winograd, ws.opencl_winograd)),
-    AlgorithmSpec(
-        "indirect_gemm", "GEMM through an indirection buffer of input pointers",
-        "GEMM_CONV2D", "INDIRECT", c.ungrouped("indirect_gemm", "indirection buffer + GEMM"),
-        _both("indirect_gemm"), timing_rank=3, colour="tab:green",
-        workspace=_ws(ws.numpy_indirect_gemm, ws.opencl_indirect_gemm)),
-    AlgorithmSpec(
-        "fft", "FFT of input and filter, product in the frequency domain",
-        "FFT", "FFT", c.ungrouped("fft", "FFT of input and filter; strides by subsampling"),
-        {"numpy": _module("numpy", "fft")}, timing_rank=4, colour="tab:purple",
-        workspace={"numpy": ws.numpy_fft}),
+    direct.SPEC,
+    gemm_1x1.SPEC,
+    im2col_gemm.SPEC,
+    implicit_gemm.SPEC,
+    winograd.SPEC,
+    indirect_gemm.SPEC,
+    fft.SPEC,
 )

@@ -1,69 +1,36 @@
-"""Backends and the one registry table of (algorithm, backend) implementations.
-
-Each implementation module exposes:
-
-    supports(problem, params, runtime) -> Verdict
-        constraints of this backend beyond convsel.algorithms.supports (dtype, device limits);
-        ``params`` are already resolved (the Winograd tile, kernel tile sizes)
-    prepare(problem, weights_ohwi, bias, params, runtime) -> kernel
-        binds the weights once (transforms them); ``kernel.run(x_nhwc) -> y_nhwc`` with bias
-        and activation applied, and ``kernel.workspace_bytes`` the memory beyond x, w and y.
-
-Each backend package exposes ``available() -> Verdict``, ``get_runtime(device=None)`` and
-``device_identity(runtime) -> dict`` (vendor, name, driver). Modules are imported lazily, so
-``import convsel`` works without pyopencl.
-"""
+"""Backends: where convolutions run. The table of backends and of (algorithm, backend)
+implementations, the preference lists a backend argument reads into and the support check
+live in :mod:`convsel.backends.registry` (see there for what a backend module exposes);
+:func:`capabilities` reports what each backend and device supports."""
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from typing import Any
 
-from ..algorithms.registry import REGISTRY
-from ..errors import InvalidProblemError
-from ..verdict import Verdict, failed
-
-BACKENDS: dict[str, str] = {
-    "numpy": "convsel.backends.numpy",
-    "opencl": "convsel.backends.opencl",
-}
-
-# (algorithm, backend) -> implementing module, from the algorithm registry.
-IMPLEMENTATIONS: dict[tuple[str, str], str] = {
-    (spec.id, backend): module for spec in REGISTRY for backend, module in spec.backends.items()}
-
-
-def backend_module(backend: str) -> ModuleType:
-    """The package of ``backend``; an unknown name is the caller's error."""
-    if backend not in BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(BACKENDS)}")
-    return importlib.import_module(BACKENDS[backend])
+from .registry import (
+    BACKENDS,
+    DEVICE_RESIDENT,
+    IMPLEMENTATIONS,
+    Placement,
+    Preference,
+    available,
+    backend_module,
+    backends_for,
+    implementation,
+    implemented,
+    supports_on,
+)
 
 
-def implementation(algorithm: str, backend: str) -> ModuleType | None:
-    """The module implementing ``algorithm`` on ``backend``, or None if there is none."""
-    path = IMPLEMENTATIONS.get((algorithm, backend))
-    return importlib.import_module(path) if path else None
+def capabilities(transfers: bool = False) -> list[dict[str, Any]]:
+    """What each backend and device supports (dtypes, F16, fp64, tensor cores,
+    device-resident arrays), JSON-ready; ``transfers`` measures each device's host↔device
+    copy cost too. See :mod:`convsel.backends.capability`."""
+    from .capability import capabilities as report  # opens each device: only when asked
+
+    return report(transfers)
 
 
-def implemented(algorithm: str, backend: str) -> Verdict:
-    if (algorithm, backend) in IMPLEMENTATIONS:
-        return Verdict(True, f"{backend} implements {algorithm}")
-    return failed(f"the {backend} backend has no {algorithm} implementation")
-
-
-def backends_for(algorithm: str) -> list[str]:
-    return [b for (a, b) in IMPLEMENTATIONS if a == algorithm]
-
-
-def available(backend: str) -> Verdict:
-    """Whether ``backend`` can run here; never raises for a missing optional package."""
-    if backend not in BACKENDS:
-        return failed(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-    try:
-        module = backend_module(backend)
-    except ImportError as exc:
-        return failed(f"{backend} backend cannot be imported: {exc}")
-    result: Verdict = module.available()
-    return result
+__all__ = ["BACKENDS", "DEVICE_RESIDENT", "IMPLEMENTATIONS", "Placement", "Preference",
+           "available", "backend_module", "backends_for", "capabilities", "implementation",
+           "implemented", "supports_on"]

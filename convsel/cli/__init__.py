@@ -7,7 +7,9 @@ import argparse
 import importlib
 import os
 import sys
+from typing import Any
 
+from .. import arguments
 from ..errors import ConvselError
 
 # name -> (module, one-line help). Modules are imported only when their command runs.
@@ -22,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("convsel.cli.db_cmd", "the tuning database: path, list, export, import"),
     "report": ("convsel.cli.report_cmd", "each policy's pick against the fastest, per layer"),
     "devices": ("convsel.cli.devices_cmd", "OpenCL platforms and devices with their limits"),
+    "backends": ("convsel.cli.backends_cmd", "each backend and device with what it supports"),
     "tune-cl": ("convsel.cli.tune_cl_cmd", "tune OpenCL local work sizes; write the tuning file"),
 }
 
@@ -53,10 +56,28 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+# Flags that are a library argument under another command's name, checked before any
+# command runs by the library's one check of that argument.
+CHECKED_FLAGS: dict[str, Any] = {
+    "backend": arguments.backend,
+    "backends": arguments.backends,   # a command that takes several (plan --backend)
+    "max_workspace_bytes": arguments.workspace_limit,
+    "top": arguments.top,
+    "budget": lambda value: arguments.seconds("budget", value),
+}
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    for dest, check in CHECKED_FLAGS.items():
+        if getattr(args, dest, None) is not None:
+            setattr(args, dest, check(getattr(args, dest)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_flags(args)
         code = int(importlib.import_module(args._module).run(args))
         sys.stdout.flush()   # a closed pipe shows up here, inside the handler below
         return code

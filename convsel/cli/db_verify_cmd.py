@@ -11,10 +11,8 @@ from ..tuning.db import TuningDB
 from ..tuning.timing import TimingSettings
 
 
-def add_parser(sub: Any) -> None:
-    """Add the ``verify`` action to ``convsel db``'s subparsers."""
-    parser = sub.add_parser("verify", help="time each stored winner against its runner-up "
-                            "again; confirm, correct or flag the entry")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``verify`` action's arguments (``convsel db`` lists it as an ACTIONS row)."""
     parser.add_argument("--backend", default="numpy", help="numpy or opencl")
     parser.add_argument("--device", default=None, help="backend device (OpenCL: index or name)")
     parser.add_argument("--limit", type=int, default=None, metavar="N",

@@ -6,21 +6,28 @@ import argparse
 import json
 from typing import Any
 
-RULE_WIDTH = 28
+from .. import tables
+from . import input_shapes
+from .input_shapes import add_input_shape_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="an .onnx file (read, never run; external data unread)")
     parser.add_argument("--target", default="cpu", help="cpu, cpu-nofp16, G77, Mali-G78AE ...")
-    parser.add_argument("--policy", default="acl", help="acl (the rules) or measured")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
-                        help="shape of a graph input that inference leaves unknown "
-                        "(repeatable), e.g. input=1,3,224,224")
+    parser.add_argument("--policy", default="acl", help="acl (the rules), measured (the tuning "
+                        "database) or predicted (the fitted model)")
+    add_input_shape_argument(parser, "shape of a graph input that inference leaves unknown "
+                             "(repeatable), e.g. input=1,3,224,224")
     parser.add_argument("--fast-math", action="store_true", help="ACL's enable_fast_math")
     parser.add_argument("--layout", default="NCHW", help="layout ACL runs in (ONNX is NCHW)")
     parser.add_argument("--rules", default=None, help="heuristics file (default: packaged)")
-    parser.add_argument("--backend", default=None, help="measured policy: whose timings")
-    parser.add_argument("--db", default=None, help="measured policy: tuning database path")
+    parser.add_argument("--backend", dest="backends", default=None, metavar="BACKENDS",
+                        help="where the Convs run: a backend, or several in order of "
+                        "preference (opencl,numpy; opencl:1 names a device; auto); prints each "
+                        "Conv's backend and the host-device switches. measured/predicted: "
+                        "whose timings or model (default numpy)")
+    parser.add_argument("--db", default=None, metavar="PATH", help="measured/predicted: "
+                        "tuning database (default: $CONVSEL_TUNING_DB or the user data dir)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print each node's deciding reason")
@@ -28,14 +35,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..onnx import plan
-    from ..onnx.shapes import parse_input_shape
+    from ..policies import policy_options
 
-    shapes = dict(parse_input_shape(text) for text in args.input_shape)
-    options = {k: v for k, v in (("backend", args.backend), ("db", args.db)) if v is not None}
-    if options and args.policy != "measured":
-        raise ValueError(f"--{next(iter(options))} applies to --policy measured only")
-    result = plan(args.model, args.target, args.policy, input_shapes=shapes,
-                  fast_math=args.fast_math, layout=args.layout, rules=args.rules, **options)
+    shapes = input_shapes.parse(args.input_shape)
+    # a policy that does not take an option refuses it, naming those that do
+    options = {k: v for k, v in (("db", args.db),) if v is not None}
+    if args.db is not None and "db" in policy_options(args.policy):
+        # reading: a mistyped path is an error, not a new empty store
+        from ..tuning.db import TuningDB
+
+        options["db"] = TuningDB(args.db, create=False)
+    with input_shapes.named_for_the_command_line(args.input_shape):
+        result = plan(args.model, args.target, args.policy, input_shapes=shapes,
+                      fast_math=args.fast_math, layout=args.layout, rules=args.rules,
+                      backend=args.backends, **options)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -47,24 +60,42 @@ def render(d: dict[str, Any], verbose: bool = False) -> str:
     """The plan as a table: one row per Conv, then notes and the summary."""
     m = d["model"]
     inputs = ", ".join(f"{k} {v}" for k, v in m["inputs"].items())
-    header = (f"{'node':<24} {'input NCHW -> K':<22} {'kernel':<20} {'method':<12} "
-              f"{'algorithm':<14} {'rule':<{RULE_WIDTH}} {'activation':<22} time")
     lines = [(f"model    {m['graph'] or '?'} ({m['producer'] or 'unknown producer'}), opset "
               f"{m['opset']}, inputs: {inputs}"),
              f"target   {d['target']}   policy {d['policy']}   rules {d['rules']['version']}",
-             "", header]
-    for n in d["nodes"]:
-        p = n["problem"]
-        lines.append(f"{_cut(n['name'], 24):<24} {_io(p):<22} {_kernel(p):<20} "
-                     f"{n['method']:<12} {n['algorithm'] + _tile(n):<14} "
-                     f"{_cut(n['rule'], RULE_WIDTH):<{RULE_WIDTH}} {n['activation'] or '-':<22} "
-                     f"{_time(n['time'])}")
-        if verbose:
-            lines.append(f"{'':<24} {n['reason']}")
+             ""]
+    headers = ["node", "input NCHW -> K", "kernel", "method", "algorithm", "rule",
+               "activation", "time"] + (["reason"] if verbose else [])
+    rows = [[n["name"], _io(n["problem"]), _kernel(n["problem"]), n["method"],
+             n["algorithm"] + _tile(n), n["rule"], n["activation"] or "-", _time(n["time"])]
+            + ([n["reason"]] if verbose else []) for n in d["nodes"]]
+    lines.append(tables.render(headers, rows))
     lines += _notes(d)
+    lines += _placement(d)
     lines.append("")
     lines.append(_summary(d["summary"], d["policy"]))
     return "\n".join(lines)
+
+
+def _placement(d: dict[str, Any]) -> list[str]:
+    """Planned over backends: each Conv's backend and algorithm, its host-device copies, the
+    backends passed over, and the model's switches."""
+    placed = d.get("placement")
+    if not placed:
+        return []
+    s = d["summary"]
+    lines = ["", f"backends {', '.join(placed['backends'])}: {placed['assignment']}"]
+    for n in d["nodes"]:
+        copies = [w for w, on in (("copy in", n["copies"]["in"]), ("copy out",
+                                                                    n["copies"]["out"])) if on]
+        lines.append(f"  {n['name']:<24} {n['backend'] or 'none':<10} "
+                     f"{n['algorithm'] + _tile(n):<18} {', '.join(copies)}")
+        lines += [f"  {'':<24} passed over: {why}" for why in n["passed_over"]]
+    spent = (f" ({s['transfer_ms']:.3g} ms of copies)" if s.get("transfer_ms") is not None
+             else "")
+    lines.append(f"switches {s['switches']} host-device copies{spent}; "
+                 + ", ".join(f"{b} {k}" for b, k in s["backends"].items()))
+    return lines
 
 
 def _io(p: dict[str, Any]) -> str:
@@ -93,10 +124,6 @@ def _time(t: dict[str, Any] | None) -> str:
     if not t or t.get("median_ms") is None:
         return "-"
     return f"{t['median_ms']:.3g} ms"
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "~"
 
 
 def _notes(d: dict[str, Any]) -> list[str]:

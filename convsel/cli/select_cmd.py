@@ -6,7 +6,9 @@ import argparse
 import json
 from typing import Any
 
-from ..policies import choose
+from .. import tables
+from ..policies import choose, policy_options
+from ..tuning.db import TuningDB
 from .problem_args import add_problem_arguments, problem_from_args
 
 
@@ -31,10 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
     given = (("backend", args.backend), ("device", _device(args.device)), ("db", args.db))
+    # a policy that does not take an option refuses it, naming those that do
     options: dict[str, Any] = {k: v for k, v in given if v is not None}
-    if options and args.policy == "acl":
-        raise ValueError(f"--{next(iter(options))} applies to --policy measured or predicted "
-                         "only")
+    if args.db is not None and "db" in policy_options(args.policy):
+        # reading: a mistyped path is an error, not a new empty store
+        options["db"] = TuningDB(args.db, create=False)
     sel = choose(problem, args.target, rules=args.rules, policy=args.policy,
                  max_workspace_bytes=args.max_workspace_bytes, **options)
     if args.json:
@@ -44,13 +47,16 @@ def run(args: argparse.Namespace) -> int:
         print(sel.explain())
         ranking = (sel.measurement or {}).get("ranking") if sel.source == "model" else None
         if ranking:
-            print("predicted (ms, likely range):")
-            for r in ranking:
-                print(f"  {r['label']:<18} " + (
-                    f"{r['predicted_ms']:10.4g}  [{r['low_ms']:.3g} .. {r['high_ms']:.3g}]"
-                    if r["predicted_ms"] is not None else "not predicted: the model never saw "
-                    "this algorithm timed"))
+            print("predicted:")
+            print(tables.render(("candidate", "ms", "likely range (ms)"),
+                                [_predicted_row(r) for r in ranking], right={"ms"}))
     return 0
+
+
+def _predicted_row(r: dict[str, Any]) -> tuple[str, str, str]:
+    if r["predicted_ms"] is None:
+        return r["label"], "-", "not predicted: the model never saw this algorithm timed"
+    return r["label"], f"{r['predicted_ms']:.4g}", f"{r['low_ms']:.3g} .. {r['high_ms']:.3g}"
 
 
 def _device(value: str | None) -> int | str | None:

@@ -1,13 +1,13 @@
 """``convsel serve``: the HTTP service, installed with the ``[service]`` extra.
 
-The library never imports the service: this command looks for it at run time and, when the
-extra is missing, says which one to install.
+The library never imports the service, with one exception: this command, the service's
+launcher, imports ``service.server`` when it runs (an import the architecture test sees and
+allows here only) and, when the extra is missing, says which one to install.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 INSTALL_HINT = "convsel serve needs the service extra: pip install 'convsel[service]'"
@@ -26,10 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        server = importlib.import_module("service.server")
+        from service.server import serve
     except ImportError as exc:
         print(f"{INSTALL_HINT} ({exc})", file=sys.stderr)
         return 2
-    server.serve(host=args.host, port=args.port, workers=args.workers,
-                 log_level=args.log_level)
+    serve(host=args.host, port=args.port, workers=args.workers, log_level=args.log_level)
     return 0

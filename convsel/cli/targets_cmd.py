@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import tables
 from ..rules import load_rules
 from ..targets import resolve_target, target_names
 
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([{"name": t.name, "kind": t.kind, "arch": t.arch,
                            "value": t.value, "fp16": t.fp16} for t in rows], indent=2))
         return 0
-    for t in rows:
-        value = f"0x{t.value:03x}" if t.is_gpu else "-"
-        print(f"{t.name:<11} {t.kind:<4} {t.arch:<9} {value:<6} fp16={'yes' if t.fp16 else 'no'}")
+    print(tables.render(("name", "kind", "family", "value", "fp16"), [
+        (t.name, t.kind, t.arch, f"0x{t.value:03x}" if t.is_gpu else "-",
+         "yes" if t.fp16 else "no") for t in rows]))
     return 0

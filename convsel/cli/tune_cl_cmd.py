@@ -28,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tuning file (default: $CONVSEL_CL_TUNER_FILE or cl_tuner.lws in "
                              "the user cache directory); existing entries are kept")
     parser.add_argument("--device", default=None, help="OpenCL device: index, P:D or name")
-    parser.add_argument("--layers", metavar="FILE", help="layer file (JSON array as in "
-                        "shared/data/layers.json; the default when --net is given)")
+    parser.add_argument("--layers", metavar="FILE", help="layer file: a JSON array as in "
+                        "convsel/data/layers.json (the default when --net is given), or the "
+                        "output of `convsel plan MODEL.onnx --json`")
     parser.add_argument("--net", action="append", metavar="NAME", help="only this net "
                         "(repeatable)")
     parser.add_argument("--algorithm", action="append", choices=ALGORITHMS,

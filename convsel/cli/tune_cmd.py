@@ -17,6 +17,7 @@ from ..tuning.db import TuningDB
 from ..tuning.layers import Layer, distinct, load_layers
 from ..tuning.measure import Measurement, Shortlist, measure
 from ..tuning.timing import CLOCKS, TimingSettings
+from .input_shapes import add_input_shape_argument
 from .problem_args import add_problem_arguments, problem_from_args
 
 
@@ -56,8 +57,8 @@ def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", metavar="MODEL.onnx",
                         help="tune every Conv of this ONNX model (needs the onnx extra)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
-                        help="MODEL.onnx: shape of a graph input that inference leaves unknown")
+    add_input_shape_argument(parser, "MODEL.onnx: shape of a graph input that inference "
+                             "leaves unknown (repeatable), e.g. input=1,3,224,224")
     add_timing_arguments(parser)
     add_problem_arguments(parser, required=False)
     parser.add_argument("--retune", action="store_true",
@@ -136,10 +137,10 @@ def _named_layers(args: argparse.Namespace) -> list[Layer]:
 def layers_from_model(path: str, input_shapes: list[str]) -> list[Layer]:
     """Every Conv of an ONNX model as a layer (the planner reads it; nothing runs)."""
     from ..onnx import plan
-    from ..onnx.shapes import parse_input_shape
+    from .input_shapes import named_for_the_command_line, parse
 
-    shapes = dict(parse_input_shape(text) for text in input_shapes)
-    planned = plan(path, input_shapes=shapes)
+    with named_for_the_command_line(input_shapes):
+        planned = plan(path, input_shapes=parse(input_shapes))
     net = Path(path).stem
     for skipped in planned.skipped:
         print(f"warning: {net}/{skipped.name} ({skipped.op_type}) not tuned: {skipped.reason}",
@@ -190,8 +191,6 @@ def run(args: argparse.Namespace) -> int:
     if done:
         print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
               "them again; noisy ties are timed again anyway)")
-    if args.budget is not None and not args.budget > 0:
-        raise ValueError("--budget must be > 0 seconds")
     narrow = _shortlister(args, db, device)
     bar = _bar(len(todo), args.no_progress)
     measured, failures, started = 0, 0, time.perf_counter()
@@ -243,9 +242,6 @@ def _shortlister(args: argparse.Namespace, db: TuningDB,
     says so once and every candidate is timed."""
     if args.top is None:
         return lambda _: None
-    if args.top < 1:
-        raise ValueError(f"--top {args.top}: must be >= 1 (how many of the model's "
-                         "best-predicted candidates to time)")
     if args.sample:
         # a model's own picks as its training data would only confirm its mistakes
         raise ValueError("--top with --sample: sampled shapes are the model's training data "

@@ -8,3 +8,42 @@ machine's own timings in the tuning database.
 
 The "predicted" policy (:mod:`convsel.policies.predicted`) answers from these.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..tuning.db import TuningDB
+
+
+def fit_and_store(db: TuningDB, backend: str, device: Mapping[str, str], *,
+                  newest: int | None = None, families: Sequence[str] | None = None,
+                  **options: Any) -> dict[str, Any]:
+    """Fit the cost model of ``backend`` on ``device`` (a device identity, as
+    :func:`convsel.tuning.device_identity` gives) from ``db``'s entries measured by this
+    convsel (the ``newest`` of them, when given) and store it in ``db``, where the "predicted"
+    policy finds it. ``options`` go to :func:`.fit.fit` (``folds``, ``statistic``).
+
+    Returns the stored record, as :meth:`TuningDB.load_model` reads it back: ``family``,
+    ``model``, ``meta`` (the model's id, training data and held-out regret per family) and
+    ``created``.
+    """
+    # scipy and the model families load only when a model is fitted
+    from .fit import fit
+    from .stored import model_key
+
+    entries = [e for e in db.entries(backend=backend, device=device) if e.is_current]
+    if newest is not None:
+        entries = entries[-newest:]
+    result = fit(entries, families=families, device=device, **options)
+    key = model_key(backend, device)
+    db.save_model(key, result.family, result.model.to_data(), result.meta)
+    stored = db.load_model(key)
+    if stored is None:   # save_model raises when it cannot write: this is not a user error
+        raise RuntimeError(f"the model saved for {backend} on {device} cannot be read back")
+    return stored
+
+
+__all__ = ["fit_and_store"]

@@ -4,7 +4,10 @@ The ``onnx`` package is an optional extra, imported only when a model is read.
 """
 
 from .errors import OnnxUnavailableError, PlanError, UnknownShapeError
-from .planner import ModelPlan, NodePlan, Skipped, plan
+from .nodes import NodePlan, Skipped
+from .planner import ModelPlan, plan
+from .reader import load_model
+from .shapes import parse_input_shape
 
 __all__ = ["ModelPlan", "NodePlan", "OnnxUnavailableError", "PlanError", "Skipped",
-           "UnknownShapeError", "plan"]
+           "UnknownShapeError", "load_model", "parse_input_shape", "plan"]

@@ -113,13 +113,8 @@ def _input_dims(node: Any, name: str, x: TensorInfo,
     if x.known:
         assert x.dims is not None
         return tuple(int(d) for d in x.dims)  # type: ignore[return-value,arg-type]
-    hint = (f"; give the shapes of the graph inputs with input_shapes= or --input-shape, "
-            f"e.g. {unknown_inputs[0]}=1,3,224,224 (inputs with unknown dims: "
-            f"{', '.join(unknown_inputs)})" if unknown_inputs else
-            f"; give its shape with input_shapes= or --input-shape "
-            f"{node.input[0]}=N,C,H,W")
-    raise UnknownShapeError(f"the shape of input {node.input[0]!r} is {x.describe()} after "
-                            f"shape inference{hint}", node=name, value=x.describe())
+    raise UnknownShapeError.of_input(node.input[0], x.describe(), node=name,
+                                    inputs=unknown_inputs)
 
 
 def _kernel(node: Any, name: str, attrs: Mapping[str, Any], wt: TensorInfo,

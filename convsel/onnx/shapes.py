@@ -40,16 +40,17 @@ class TensorInfo:
         return "(" + ", ".join("?" if d is None else str(d) for d in self.dims) + ")"
 
 
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``"x=1,3,224,224"`` (or ``1x3x224x224``) -> ``("x", (1, 3, 224, 224))``."""
+def parse_input_shape(text: str, field: str = "input_shape") -> tuple[str, tuple[int, ...]]:
+    """``"x=1,3,224,224"`` (or ``1x3x224x224``) -> ``("x", (1, 3, 224, 224))``. ``field`` is
+    what the caller calls it in errors (``--input-shape``, or the HTTP form's field)."""
     match = _SHAPE_ARG.match(text)
     dims = [d for d in re.split(r"[,x\s]+", match.group(2)) if d] if match else []
     if not match or not dims:
-        raise InvalidProblemError("input_shape", text,
+        raise InvalidProblemError(field, text,
                                   "expected NAME=D0,D1,... such as input=1,3,224,224")
     shape = tuple(int(d) for d in dims)
     if min(shape) < 1:
-        raise InvalidProblemError("input_shape", text, "every dimension must be >= 1")
+        raise InvalidProblemError(field, text, "every dimension must be >= 1")
     return match.group(1), shape
 
 

@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .. import algorithms, backends
 from ..problem import ConvProblem
 from ..rules import Rules
-
-if TYPE_CHECKING:
-    from .planner import NodePlan, Skipped
-
-
-@dataclass(frozen=True)
-class Runnable:
-    """Whether convsel can run the method the answer names: its algorithm supports the
-    problem (:func:`convsel.algorithms.supports`) and some backend implements it
-    (:data:`convsel.backends.IMPLEMENTATIONS`)."""
-
-    ok: bool
-    algorithm: str
-    backends: tuple[str, ...]
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "algorithm": self.algorithm, "backends": list(self.backends),
-                "reason": self.reason}
+from .nodes import NodePlan, Runnable, Skipped
 
 
 def runnable(method: str, problem: ConvProblem, rules: Rules,
@@ -44,9 +25,16 @@ def runnable(method: str, problem: ConvProblem, rules: Rules,
     return Runnable(True, algorithm, names, f"{algorithm} on {', '.join(names)}")
 
 
-def summarize(nodes: Sequence[NodePlan], skipped: Sequence[Skipped]) -> dict[str, Any]:
-    """Counts by method and algorithm, and the nodes worth a look."""
+def summarize(nodes: Sequence[NodePlan], skipped: Sequence[Skipped],
+              placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Counts by method and algorithm, and the nodes worth a look; planned over backends,
+    the count per backend and ``placement``'s host↔device switches."""
     measured = [n for n in nodes if n.time is not None]
+    placed = {} if placement is None else {
+        "backends": dict(Counter(n.backend or "none" for n in nodes).most_common()),
+        "switches": placement["switches"], "transfer_ms": placement["transfer_ms"],
+        "unplaced": [{"node": n.name, "reasons": list(n.passed_over)} for n in nodes
+                     if n.backend is None]}
     return {
         "convolutions": len(nodes),
         "methods": dict(Counter(n.selection.method for n in nodes).most_common()),
@@ -62,4 +50,5 @@ def summarize(nodes: Sequence[NodePlan], skipped: Sequence[Skipped]) -> dict[str
                            if n.time and n.time.get("median_ms") is not None),
         "gflops": round(sum(n.problem.flops for n in nodes) / 1e9, 6),
         "skipped": len(skipped),
+        **placed,
     }

@@ -1,23 +1,32 @@
-"""Policies: who decides which algorithm runs. Each composes the pure :func:`convsel.select`
-(ACL's rules) with data it is handed (tuning timings, a fitted model).
+"""Policies: who decides which algorithm runs. Each composes the pure
+:func:`convsel.selection.acl_selection` (ACL's rules) with data it is handed (tuning timings,
+a fitted model).
 
-One small interface, :class:`Policy`: ``choose(problem, target, rules) -> Selection``.
-``conv2d``, ``prepare``, the ONNX planner, the CLI and the service all ask a policy through
-:func:`choose` (or :func:`get_policy` for one they keep).
+One small interface, :class:`Policy`: ``choose(problem, target, rules) -> Selection``. A
+policy is a frozen dataclass whose fields are its options: :func:`get_policy` checks the
+options' names against those fields and their values through :mod:`convsel.arguments`, and
+nothing else lists them. ``conv2d``, ``prepare``, the ONNX planner, the CLI and the service
+all ask a policy through :func:`choose` (or :func:`get_policy` for one they keep, and
+:func:`decide` with arguments already checked).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import algorithms
+from .. import algorithms, arguments
 from ..errors import InvalidProblemError
 from ..problem import ConvProblem
 from ..rules import Rules, as_rules
 from ..selection import Selection, limit_workspace
 from ..targets import Target, resolve_target
 from .acl import AclPolicy
+
+if TYPE_CHECKING:
+    from ..backends import Placement
+    from ..learn.stored import StoredModel
 
 
 class Policy(Protocol):
@@ -27,51 +36,130 @@ class Policy(Protocol):
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection: ...
 
 
-def _measured(**options: Any) -> Policy:
-    from .measured import MeasuredPolicy  # the tuning store is imported only when used
-
-    return MeasuredPolicy(**options)
+def _acl() -> type[Any]:
+    return AclPolicy
 
 
-def _predicted(**options: Any) -> Policy:
+def _measured() -> type[Any]:
+    from .composed import MeasuredPolicy  # the tuning store is imported only when used
+
+    return MeasuredPolicy
+
+
+def _predicted() -> type[Any]:
     from .predicted import PredictedPolicy  # the model's learner is imported only when used
 
-    return PredictedPolicy(**options)
+    return PredictedPolicy
 
 
-# name -> factory taking the policy's options; the one list of policies
-POLICIES: dict[str, Callable[..., Policy]] = {
-    "acl": lambda: AclPolicy(),
+# name -> the policy's class, imported when first asked for; the one list of policies
+POLICIES: dict[str, Callable[[], type[Any]]] = {
+    "acl": _acl,
     "measured": _measured,
     "predicted": _predicted,
 }
-# the options each policy takes (the service and CLI pass only these)
-POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
-    "acl": (),
-    "measured": ("backend", "device", "db", "tune", "tune_budget_s", "verify"),
-    "predicted": ("backend", "device", "db", "abstain"),
-}
+
+
+def policy_class(name: str) -> type[Any]:
+    """The class of the policy ``name``; an unknown name is the caller's error."""
+    if not isinstance(name, str) or name not in POLICIES:
+        raise InvalidProblemError("policy", name, f"unknown policy; known: {', '.join(POLICIES)}")
+    return POLICIES[name]()
+
+
+def policy_options(name: str) -> tuple[str, ...]:
+    """The options the policy ``name`` takes: its class's fields, in their order."""
+    return tuple(f.name for f in fields(policy_class(name)) if f.init)
+
+
+class _DerivedOptions(Mapping[str, tuple[str, ...]]):
+    """Each policy's options, read from its class when asked (which imports the class)."""
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        if not isinstance(name, str) or name not in POLICIES:
+            raise KeyError(name)
+        return policy_options(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(POLICIES)
+
+    def __len__(self) -> int:
+        return len(POLICIES)
+
+
+# policy name -> the options it takes (the service and CLI pass only these)
+POLICY_OPTIONS: Mapping[str, tuple[str, ...]] = _DerivedOptions()
+
+
+def policies_taking(option: str) -> list[str]:
+    """The policies that take ``option``: where an option given to another one belongs."""
+    takers = []
+    for name in POLICIES:
+        try:
+            if option in policy_options(name):
+                takers.append(name)
+        except ImportError:   # its layer cannot be imported here: it takes nothing here
+            continue
+    return takers
+
+
+def options_for(name: str, given: Mapping[str, Any],
+                defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The options to build the policy ``name`` with (None values are not options): every
+    option ``given`` (one the policy does not take is refused when it is built), and each of
+    ``defaults`` that the policy takes and was not given, such as the backend a caller runs
+    on or a server's tuning database."""
+    options = {k: v for k, v in given.items() if v is not None}
+    takes = POLICY_OPTIONS.get(name, ())
+    options.update({k: v for k, v in (defaults or {}).items()
+                    if k in takes and k not in options and v is not None})
+    return options
 
 
 def get_policy(name: str, **options: Any) -> Policy:
-    """The policy ``name`` with its options; unknown names and options are the caller's error."""
-    if name not in POLICIES:
-        raise InvalidProblemError("policy", name,
-                                  f"unknown policy; known: {', '.join(POLICIES)}")
-    extra = sorted(set(options) - set(POLICY_OPTIONS[name]))
-    if extra:
-        takes = ", ".join(POLICY_OPTIONS[name]) or "no options"
-        raise InvalidProblemError(extra[0], options[extra[0]],
-                                  f"policy {name!r} takes {takes}")
-    return POLICIES[name](**options)
+    """The policy ``name`` with its options, each checked; an unknown name or an option the
+    policy does not take is the caller's error, naming the policies that do take it."""
+    cls = policy_class(name)
+    takes = policy_options(name)
+    for option in sorted(options):
+        if option not in takes:
+            takers = policies_taking(option)
+            raise InvalidProblemError(option, options[option], f"policy {name!r} takes "
+                                      f"{', '.join(takes) or 'no options'}" + (
+                                          f"; {option} applies to policy "
+                                          f"{' or '.join(takers)}" if takers else ""))
+    if "backend" not in options:
+        return _built(cls, options)
+    chosen = arguments.backends(options["backend"])
+    device = arguments.device_beside(chosen, options.get("device"))
+    rest = {k: v for k, v in options.items() if k not in ("backend", "device")}
+    if chosen.single:
+        return _built(cls, {**rest, **_placement(chosen.first, device)})
+    from .across import AcrossPolicy  # several backends compared: only when asked
+
+    return AcrossPolicy(tuple((str(e), _built(cls, {**rest, **_placement(e, device)}))
+                              for e in chosen))
+
+
+def _placement(entry: Placement, device: Any) -> dict[str, Any]:
+    """The options that put a policy on ``entry``: its backend, and its device when one is
+    named (by the entry's index or beside the argument)."""
+    placed = entry.device_or(device)
+    return {"backend": entry.backend, **({} if placed is None else {"device": placed})}
+
+
+def _built(cls: type[Any], options: Mapping[str, Any]) -> Policy:
+    policy: Policy = cls(**{k: arguments.check(k, v) for k, v in options.items()})
+    return policy
 
 
 def choose(problem: ConvProblem, target: str | Target = "cpu", *, policy: str | Policy = "acl",
            rules: Rules | str | None = None, max_workspace_bytes: int | None = None,
            workspace_backend: str | None = None, **options: Any) -> Selection:
     """What ``policy`` runs for ``problem`` on ``target``, as a :class:`Selection` with its
-    reasons. ``options`` go to the policy (``backend``, ``device``, ``db``, ``tune``,
-    ``tune_budget_s`` for "measured"; ``backend``, ``device``, ``db`` for "predicted").
+    reasons. ``options`` go to the policy named (its fields: ``backend``, ``device``, ``db``,
+    ``tune``, ``tune_budget_s`` for "measured"; ``backend``, ``device``, ``db``, ``model`` for
+    "predicted"); a policy object carries its own.
 
     ``max_workspace_bytes`` keeps the policy's answer if its workspace fits, else takes the
     first that fits: the measured policy's timed candidates fastest first, then the order of
@@ -79,17 +167,38 @@ def choose(problem: ConvProblem, target: str | Target = "cpu", *, policy: str | 
     ``workspace_backend`` says whose workspace to estimate (default: the policy's backend,
     else the largest over the backends that implement each algorithm).
     """
-    if not isinstance(problem, ConvProblem):
-        raise InvalidProblemError("problem", type(problem).__name__, "expected a ConvProblem")
+    problem = arguments.problem(problem)
+    max_workspace_bytes = arguments.workspace_limit(max_workspace_bytes)
+    if workspace_backend is not None:
+        workspace_backend = arguments.backend(workspace_backend)
+    chosen = _policy(policy, options)
     loaded = as_rules(rules)
-    chosen = policy if not isinstance(policy, str) else get_policy(policy, **options)
-    resolved = resolve_target(target, loaded)
-    sel = chosen.choose(problem, resolved, loaded)
+    return decide(problem, resolve_target(target, loaded), loaded, chosen,
+                  max_workspace_bytes=max_workspace_bytes, workspace_backend=workspace_backend)
+
+
+def _policy(policy: str | Policy, options: dict[str, Any]) -> Policy:
+    if isinstance(policy, str) or not hasattr(policy, "choose"):
+        return get_policy(policy, **options)   # type: ignore[arg-type]
+    if options:
+        first = sorted(options)[0]
+        raise InvalidProblemError(first, options[first], f"options go with a policy's name; "
+                                  f"the {policy.name!r} policy object was given its own")
+    return policy
+
+
+def decide(problem: ConvProblem, target: Target, rules: Rules, policy: Policy, *,
+           max_workspace_bytes: int | None = None,
+           workspace_backend: str | None = None) -> Selection:
+    """:func:`choose` with its arguments checked and resolved (by an entry point): the
+    policy's answer, within the workspace limit."""
+    sel = policy.choose(problem, target, rules)
     if max_workspace_bytes is None:
         return sel
-    backend = workspace_backend or getattr(chosen, "backend", None)
-    return limit_workspace(sel, problem, resolved, loaded, max_workspace_bytes, backend,
-                           _measured_ranking(sel, problem, loaded))
+    placed = sel.backend.partition(":")[0] if sel.backend else None   # chosen among several
+    backend = workspace_backend or placed or getattr(policy, "backend", None)
+    return limit_workspace(sel, problem, target, rules, max_workspace_bytes, backend,
+                           _measured_ranking(sel, problem, rules))
 
 
 def _measured_ranking(sel: Selection, p: ConvProblem,
@@ -104,4 +213,15 @@ def _measured_ranking(sel: Selection, p: ConvProblem,
             if label in by_label]
 
 
-__all__ = ["POLICIES", "AclPolicy", "Policy", "choose", "get_policy"]
+def stored_model(backend: str, device: Any = None,
+                 db: Any = None) -> tuple[StoredModel | None, str]:
+    """The fitted model that the "predicted" policy answers from on ``backend``/``device``
+    with ``db`` (default: ``$CONVSEL_TUNING_DB``), or None and why there is none."""
+    from .predicted import load_stored  # the model's learner is imported only when used
+
+    return load_stored(backend, device, db)
+
+
+__all__ = ["POLICIES", "POLICY_OPTIONS", "AclPolicy", "Policy", "choose", "decide",
+           "get_policy", "options_for", "policies_taking", "policy_class", "policy_options",
+           "stored_model"]

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..problem import ConvProblem
 from ..rules import Rules
-from ..selection import Selection, select
+from ..selection import Selection, acl_selection
 from ..targets import Target
 
 
 @dataclass(frozen=True)
 class AclPolicy:
-    name: str = "acl"
+    """ACL's rules; no options."""
+
+    name: ClassVar[str] = "acl"
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
-        return select(problem, target, rules=rules)
+        return acl_selection(problem, target, rules)

@@ -1,12 +1,19 @@
-"""The "measured" policy: answer from the tuning database, else from the device's fitted
-model (:mod:`convsel.policies.predicted`), else from ACL's rules.
+"""The tuning database's answer: the measured timings of a problem on this device.
 
-It never times anything unless asked (``tune=True`` or ``tune="auto"``, as
-``torch.backends.cudnn.benchmark``): an unseen problem gets the rules' answer at once, with a
-trace step that says no entry was found. With ``tune="auto"`` the first use of a problem on
-this device times its candidates (within ``tune_budget_s``), records the result, and every
-later use (this process or another sharing the database) reuses it. A database that cannot
-be opened degrades to the rules too, with the reason in the trace.
+This is the first source of the "measured" policy (:mod:`convsel.policies.composed` tries
+it, then the device's fitted model, then ACL's rules). It never times anything unless asked
+(``tune=True``, as ``torch.backends.cudnn.benchmark``): an unseen problem gets
+:class:`NoEntry`, which says so. With ``tune`` the first use of a problem on this device
+times its candidates (within ``tune_budget_s``), records the result, and every later use
+(this process or another sharing the database) reuses it. A database that cannot be opened
+degrades to ACL's rules, with the reason in the trace.
+
+An answer says how far to trust it: a tie the noise may have caused is a tie (ACL's rules
+break it) and the trace names the noise; a timing made with other threads than this process
+has says so. ``verify=True`` (MIOpen's trust-but-verify) races an entry's answer against its
+runner-up once per process before using it (:mod:`convsel.tuning.verify`). The device's
+entries are read in one query and kept until the database changes
+(:mod:`convsel.tuning.cache`).
 """
 
 from __future__ import annotations
@@ -16,75 +23,36 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
-from .. import backends, threads
+from .. import threads
 from ..algorithms import label_of, method_for
-from ..errors import ConvselError, InvalidProblemError, TuningDatabaseError
-from ..problem import ConvProblem
+from ..errors import ConvselError, TuningDatabaseError
 from ..rules import Rules
-from ..selection import Selection, select
+from ..selection import Selection
 from ..targets import Target
 from ..tuning import cache
 from ..tuning.db import TuningDB, TuningEntry, open_db
-from ..tuning.identity import device_identity
 from ..verdict import TraceStep
+from .device import identity
 
 
 @dataclass(frozen=True)
-class MeasuredPolicy:
-    """Answer from the tuning database's timings on ``backend``/``device``, else ACL's rules.
+class NoEntry:
+    """The database holds no timing of the problem on this device: ``reason`` says where it
+    looked; ``database`` is the open database, for the next source to read its model from."""
 
-    ``db`` defaults to ``$CONVSEL_TUNING_DB`` or the user's data directory; ``tune=True``
-    (or ``"auto"``) times an unseen problem now and records it, spending at most about
-    ``tune_budget_s`` seconds (None: no limit). ``verify=True`` is MIOpen's trust-but-verify:
-    the first time this process answers from an entry, its answer is raced against its
-    runner-up again (:mod:`convsel.tuning.verify`) and the entry confirmed, corrected or
-    flagged before it is used.
-    """
-
-    backend: str = "numpy"
-    device: Any = None
-    db: TuningDB | str | os.PathLike[str] | None = None
-    tune: bool | str = False
-    tune_budget_s: float | None = None
-    verify: bool = False
-    name: str = "measured"
-
-    def __post_init__(self) -> None:
-        if self.backend not in backends.BACKENDS:
-            raise InvalidProblemError("backend", self.backend,
-                                      f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-        if self.tune not in (False, True, "auto", "off"):
-            raise InvalidProblemError("tune", self.tune, "expected True/\"auto\" (time an "
-                                      "unseen problem on first use) or False/\"off\"")
-        budget = self.tune_budget_s
-        if budget is not None and (isinstance(budget, bool) or not isinstance(
-                budget, (int, float)) or not budget > 0):
-            raise InvalidProblemError("tune_budget_s", budget, "must be a number > 0 "
-                                      "(seconds), or None for no limit")
-
-    def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
-        from .predicted import remembered
-
-        def answer() -> Selection:
-            return select_measured(problem, target, rules,
-                                   select(problem, target, rules=rules), backend=self.backend,
-                                   device=self.device, db=self.db,
-                                   tune=self.tune in (True, "auto"),
-                                   tune_budget_s=self.tune_budget_s, verify=self.verify)
-        # the answer names threads other than the timing's: a change of threads is a new key
-        now = tuple(threads.current().items()) if self.backend == "numpy" else ()
-        return remembered(self.db, ("measured", self, problem, target, rules, now), answer)
+    reason: str
+    database: TuningDB
 
 
-def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: Selection, *,
-                    backend: str = "numpy", device: Any = None,
-                    db: TuningDB | str | os.PathLike[str] | None = None,
-                    tune: bool = False, tune_budget_s: float | None = None,
-                    verify: bool = False) -> Selection:
-    """The tuned answer for ``problem`` on ``backend``/``device``, or ACL's with the reason.
+def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *,
+                   backend: str = "numpy", device: Any = None,
+                   db: TuningDB | str | os.PathLike[str] | None = None,
+                   tune: bool = False, tune_budget_s: float | None = None,
+                   verify: bool = False) -> Selection | NoEntry:
+    """The tuned answer for ``problem`` on ``backend``/``device``, ACL's (``acl``) with the
+    reason when the database cannot be used, or :class:`NoEntry`.
 
     Parameters
     ----------
@@ -93,9 +61,9 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
         Names the methods and breaks ties: when the database holds a tie, ACL's pick wins it
         if it is among the tied, else the fastest of them.
     rules : Rules
-    acl_selection : Selection
+    acl : Selection
         What the rules answer; returned (as policy "measured", source "rules") when the
-        database has no entry.
+        database cannot be read or tuning fails.
     backend, device
         Whose timings to use; the device identity is part of the database key.
     db : TuningDB or path, optional
@@ -111,36 +79,45 @@ def select_measured(problem: Any, target: Target, rules: Rules, acl_selection: S
 
     Returns
     -------
-    Selection
+    Selection or NoEntry
         ``source="tuning-db"`` with ``measurement`` holding the timings, or
         ``source="rules"``; the last trace step says which and why.
     """
     try:
-        ident = _identity(backend, device)
-        database = open_db(db)
+        ident = identity(backend, device)
+        database = open_db(db, create=bool(tune))   # a lookup never makes a store
         entry = _entries(database, backend, ident).get(problem)
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
-        return _rules_answer(acl_selection, "measured.db-unavailable",
+        return _rules_answer(acl, "measured.db-unavailable",
                              f"tuning database unavailable ({exc}); answered from ACL's rules")
-    where = f"{backend} on {ident['name']} ({ident['driver']})"
     if entry is None and tune:
         entry = _MEMO.get((problem, backend, tuple(sorted(ident.items()))))
     if entry is None and tune:
         entry, note = _tune(problem, backend, device, rules, database, tune_budget_s)
         if entry is None:
-            return _rules_answer(acl_selection, "measured.tune-failed", note)
+            return _rules_answer(acl, "measured.tune-failed", note)
     if entry is None:
-        return _from_model(problem, target, rules, acl_selection, backend, device, database,
-                           f"the tuning database ({database.path}) holds no entry for this "
-                           f"problem on {where}")
+        return NoEntry(f"the tuning database ({database.path}) holds no entry for this "
+                       f"problem on {backend} on {ident['name']} ({ident['driver']})", database)
     verified = _verified(entry, device, rules, database) if verify else None
-    sel = from_entry(verified.entry if verified and verified.entry else entry, acl_selection,
-                     target, str(database.path))
+    sel = from_entry(verified.entry if verified and verified.entry else entry, acl, target,
+                     str(database.path))
     if verified is None:
         return sel
     return dataclasses.replace(sel, trace=(*sel.trace, TraceStep(
         "measured.verified", verified.status == "confirmed",
         f"verified on first use: {verified.status}: {verified.reason}")))
+
+
+def _entries(database: TuningDB, backend: str,
+             ident: Mapping[str, str]) -> dict[Any, TuningEntry]:
+    """This convsel's entries of ``backend`` on the device ``ident``, by problem: read whole
+    (one query, ~0.06 ms an entry, where a lookup per problem costs ~0.5 ms in connection
+    setup) and kept until the database changes (:mod:`convsel.tuning.cache`)."""
+    def read() -> dict[Any, TuningEntry]:
+        return {e.problem: e for e in database.entries(backend=backend, device=ident)
+                if e.is_current}
+    return cache.cached(database, ("entries", backend, *sorted(ident.items())), read)
 
 
 # What verify=True found per entry, once per process.
@@ -160,46 +137,6 @@ def _verified(entry: TuningEntry, device: Any, rules: Rules, database: TuningDB)
                 pass   # read-only: this process still answers from what it found
         _VERIFIED[key] = result
     return _VERIFIED[key]
-
-
-def _entries(database: TuningDB, backend: str,
-             ident: Mapping[str, str]) -> dict[ConvProblem, TuningEntry]:
-    """This convsel's entries of ``backend`` on the device ``ident``, by problem: read whole
-    (one query, ~0.06 ms an entry, where a lookup per problem costs ~0.5 ms in connection
-    setup) and kept until the database changes (:mod:`convsel.tuning.cache`)."""
-    def read() -> dict[ConvProblem, TuningEntry]:
-        return {e.problem: e for e in database.entries(backend=backend, device=ident)
-                if e.is_current}
-    return cache.cached(database, ("entries", backend, *sorted(ident.items())), read)
-
-
-def _from_model(problem: Any, target: Target, rules: Rules, acl: Selection, backend: str,
-                device: Any, database: TuningDB, no_entry: str) -> Selection:
-    """No exact measurement: the device's fitted model answers if there is one, else the
-    rules; the trace says which."""
-    from .predicted import select_predicted
-
-    sel = select_predicted(problem, target, rules, acl, backend=backend, device=device,
-                           db=database, policy="measured")
-    if sel.source == "model":
-        note = TraceStep("measured.no-entry", False, f"{no_entry}; answered from the fitted "
-                         "model (next step)")
-        return dataclasses.replace(sel, trace=(*sel.trace[:-1], note, sel.trace[-1]))
-    return dataclasses.replace(sel, trace=(*sel.trace[:-1], TraceStep(
-        "measured.no-entry", False, f"{no_entry}, and {sel.trace[-1].reason} (run `convsel "
-        f"tune` or select with tune=True to measure it)")))
-
-
-def _identity(backend: str, device: Any) -> dict[str, str]:
-    try:
-        return dict(_cached_identity(backend, device))
-    except TypeError:  # an unhashable device handle
-        return device_identity(backend, device)
-
-
-@lru_cache(maxsize=64)
-def _cached_identity(backend: str, device: Any) -> tuple[tuple[str, str], ...]:
-    return tuple(device_identity(backend, device).items())
 
 
 def _rules_answer(acl: Selection, step_id: str, reason: str) -> Selection:
@@ -296,7 +233,7 @@ def _measurement(entry: TuningEntry, label: str, path: str) -> dict[str, Any]:
     for name, t in entry.timings.items():
         if "median_s" in t:
             timings[name] = {"median_ms": t["median_s"] * 1e3, "iqr_ms": t["iqr_s"] * 1e3,
-                             "runs": t["runs"]}
+                             "runs": t["runs"], "clock": t.get("clock")}
         else:
             timings[name] = {k: t[k] for k in ("error", "skipped") if k in t}
     return {"chosen": label, "winner": entry.winner, "tie": list(entry.tie),

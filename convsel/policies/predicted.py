@@ -4,7 +4,13 @@ this device's own timings (``convsel fit``), and run the predicted fastest.
 No model for this backend and device (or one made by another convsel or implementation
 version, which the database never returns), a model that cannot be read, a model that did not
 beat ACL's rules when it was fitted (stored as rejected: it never answers), or a problem of a
-dtype the model never saw: the answer is ACL's rules', and the trace says why.
+dtype the model never saw: the answer is ACL's rules', and the trace says why. A problem
+outside what the model was trained on is answered by the rules too, unless ``convsel fit``
+measured that this device's models extrapolate to such shapes (see
+:mod:`convsel.learn.domain`); the trace says which, and why.
+
+The model is read and checked once per process, the answer for each problem kept, and both
+read again when the database changes (:mod:`convsel.tuning.cache`).
 """
 
 from __future__ import annotations
@@ -13,45 +19,41 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from .. import backends
 from ..algorithms import label_of, method_for
-from ..errors import ConvselError, InvalidProblemError, TuningDatabaseError
+from ..errors import ConvselError, TuningDatabaseError
 from ..learn.models import ModelError
 from ..learn.stored import Ranked, StoredModel, decode, model_key
 from ..problem import ConvProblem
 from ..rules import Rules
-from ..selection import Selection, select
+from ..selection import Selection, acl_selection
 from ..targets import Target
 from ..tuning import cache
 from ..tuning.db import TuningDB, open_db
 from ..tuning.measure import Shortlist, candidates
 from ..verdict import TraceStep
+from .device import identity
 
 
 @dataclass(frozen=True)
 class PredictedPolicy:
     """Answer from the cost model of ``backend``/``device`` in ``db``, else ACL's rules.
 
-    ``model`` uses that model instead of the database's (cross-validation, tests).
+    ``model`` uses that model instead of the database's (cross-validation, tests);
+    ``abstain=False`` lets the model answer shapes outside its training data too.
     """
 
     backend: str = "numpy"
     device: Any = None
     db: TuningDB | str | os.PathLike[str] | None = None
     model: StoredModel | None = None
-    name: str = "predicted"
     abstain: bool = True
-
-    def __post_init__(self) -> None:
-        if self.backend not in backends.BACKENDS:
-            raise InvalidProblemError("backend", self.backend,
-                                      f"unknown backend; known: {', '.join(backends.BACKENDS)}")
+    name: ClassVar[str] = "predicted"
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
         def answer() -> Selection:
-            acl = select(problem, target, rules=rules)
+            acl = acl_selection(problem, target, rules)
             return select_predicted(problem, target, rules, acl, backend=self.backend,
                                     device=self.device, db=self.db, model=self.model,
                                     abstain=self.abstain)
@@ -64,11 +66,9 @@ def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None,
     """The model for ``backend``/``device`` in ``db``, or None with why not: read and
     checked once per process, again only when the database changed
     (:mod:`convsel.tuning.cache`)."""
-    from .measured import _identity  # one cached device identity for both policies
-
     try:
-        ident = _identity(backend, device)
-        database = open_db(db)
+        ident = identity(backend, device)
+        database = open_db(db, create=False)   # a lookup never makes a store
         key = model_key(backend, ident)
         return cache.cached(database, ("model", *sorted(key.items())),
                             lambda: _read_model(database, key, backend, ident))
@@ -95,8 +95,8 @@ def remembered(db: Any, key: tuple[Any, ...], answer: Callable[[], Selection]) -
     repeated problem costs a dictionary lookup); computed afresh where the key cannot be
     hashed (a device handle) or the database cannot be opened (the answer says why)."""
     try:
-        database = open_db(db)
         hash(key)
+        database = open_db(db, create=False)
     except (TuningDatabaseError, ConvselError, OSError, TypeError):
         return answer()
     return cache.cached(database, ("answer", *key), answer)
@@ -113,8 +113,9 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
 
     ``source`` is "model" with ``measurement`` holding the model's identity and the ranking,
     or "rules" when no usable model answers. With ``abstain`` (the default) a problem outside
-    what the model was trained on (:meth:`StoredModel.inside`) is answered by the rules, and
-    the trace says which size was out of range or how far the nearest trained shape was.
+    what the model was trained on (:meth:`StoredModel.inside`) is answered by the rules unless
+    ``convsel fit`` measured that this device's models extrapolate to its kind of shape
+    (:meth:`StoredModel.extrapolates`); the trace says which size or kind was out of range.
     """
     why = ""
     if model is None:
@@ -133,14 +134,14 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
     if abstain:
         verdict = model.inside(problem)
         if not verdict.inside:
-            trusted, why = model.extrapolates(problem)
+            trusted, reason = model.extrapolates(problem)
             where = (f"this shape is outside what model {model.id} was trained on "
                      f"({verdict.rule}: {verdict.reason})")
             if not trusted:
                 return rules_answer(acl, policy, "predicted.outside",
-                                    f"model {model.id} abstains: {where}, and {why}")
+                                    f"model {model.id} abstains: {where}, and {reason}")
             outside = TraceStep("predicted.outside-trusted", False,
-                                f"{where}; it answers because {why}")
+                                f"{where}; it answers because {reason}")
     found, _ = candidates(problem, backend, rules)
     try:
         ranking = model.rank(problem, [(c.label, c.algorithm, c.params) for c in found])
@@ -163,11 +164,9 @@ def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
     """What to time for ``problem`` when the model narrows it down: the ``top`` candidates it
     predicts fastest, and ACL's pick, so that the tuned answer is never one that ACL's would
     beat in the same measurement (cuDNN's heuristic query, then Find among its first few).
-    ``(None, why)`` when no usable model answers: time every candidate then."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InvalidProblemError("top", top, "must be an integer >= 1 (how many of the "
-                                  "model's best-predicted candidates to time)")
-    acl = select(problem, target, rules=rules)
+    ``(None, why)`` when no usable model answers: time every candidate then. ``top`` is
+    checked by the caller (:func:`convsel.arguments.top`)."""
+    acl = acl_selection(problem, target, rules)
     # no abstaining here: the shortlist is timed, ACL's pick with it, which is the hedge
     sel = select_predicted(problem, target, rules, acl, backend=backend, device=device, db=db,
                            model=model, abstain=False)

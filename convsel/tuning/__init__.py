@@ -8,9 +8,16 @@ report how far each policy's pick is from the fastest.
 - :mod:`~convsel.evaluation.report`: per-layer regret of each policy against the fastest.
 
 The "measured" policy that answers from the database is :mod:`convsel.policies.measured`.
+
+The names below are the store's public API (the service uses no other): open a database,
+where the default one is, and the device key that entries and models are stored under.
+Timing goes through the front door, :func:`convsel.find`.
 """
 
-from .db import TuningDB, default_path
+from .db import TuningDB, default_path, default_target, open_db
 from .entry import IMPLEMENTATIONS_VERSION, TuningEntry
+from .identity import device_identity
+from .store import is_url
 
-__all__ = ["IMPLEMENTATIONS_VERSION", "TuningDB", "TuningEntry", "default_path"]
+__all__ = ["IMPLEMENTATIONS_VERSION", "TuningDB", "TuningEntry", "default_path", "default_target",
+           "device_identity", "is_url", "open_db"]

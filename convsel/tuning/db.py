@@ -52,6 +52,7 @@ _COLUMNS = ENTRY_COLUMNS
 _ENTRY_UPSERT = upsert("entries", ENTRY_COLUMNS, ENTRY_KEY)
 _ENTRY_IMPORT = upsert("entries", ENTRY_COLUMNS, ENTRY_KEY, only_if_newer=True)
 _MODEL_UPSERT = upsert("models", MODEL_COLUMNS, MODEL_KEY)
+_MODEL_IMPORT = upsert("models", MODEL_COLUMNS, MODEL_KEY, only_if_newer=True)
 
 
 def default_path() -> Path:
@@ -77,10 +78,12 @@ class TuningDB:
     Parameters
     ----------
     path : str or Path, optional
-        An SQLite file path (a missing file is created, with its directory) or a
-        ``postgresql://`` URL. Defaults to :func:`default_target`.
+        An SQLite file path or a ``postgresql://`` URL. Defaults to :func:`default_target`.
     timeout : float
         Seconds a write waits for another writer (SQLite) or for a connection (PostgreSQL).
+    create : bool
+        Create a missing SQLite file (and its directory). Reading callers pass False: a
+        mistyped path is then an error instead of a new, empty database.
 
     Attributes
     ----------
@@ -99,7 +102,8 @@ class TuningDB:
         credentials.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0,
+                 create: bool = True):
         target = path if path is not None else default_target()
         self.timeout = timeout
         self._store: Engine
@@ -110,7 +114,7 @@ class TuningDB:
             self.path: Path | str = self._store.location
         else:
             _refuse_mangled_url(target)
-            self._store = SQLiteEngine(target, timeout=timeout)
+            self._store = SQLiteEngine(target, timeout=timeout, create=create)
             self.path = self._store.path
 
     def __repr__(self) -> str:
@@ -141,6 +145,7 @@ class TuningDB:
         self._store.close()
 
     def _require_writable(self, what: str) -> None:
+        self._store.refresh()   # a volume remounted read-write again, a disk with room again
         if not self.writable:
             raise TuningDatabaseError(f"tuning database {self.location} is read-only "
                                       f"({self.read_only_reason}); {what}")
@@ -175,7 +180,9 @@ class TuningDB:
         """JSON-ready health (for /readyz, /v1/tuning and ``convsel db``): ``engine``,
         ``path`` (the SQLite file, or the PostgreSQL URL without its password: one key, so a
         service that hides host paths hides both), writable, entry and model counts, schema
-        version."""
+        version. A damaged store (SQLite's quick_check fails) raises TuningDatabaseError."""
+        self._store.refresh()
+        self._store.check_intact()
         count = self._store.rows("SELECT COUNT(*) FROM entries")[0][0]
         models = (self._store.rows("SELECT COUNT(*) FROM models")[0][0]
                   if self.schema_version >= 2 else 0)
@@ -202,10 +209,55 @@ class TuningDB:
 
     def delete(self, *, backend: str | None = None) -> int:
         """Remove every entry (of one backend); returns how many."""
-        self._require_writable("nothing was deleted")
+        return self.remove(backend=backend)["entries"]
+
+    def remove(self, *, backend: str | None = None, device: str | None = None,
+               problem: ConvProblem | None = None, winner: str | None = None,
+               stale: bool = False, models: bool = False,
+               dry_run: bool = False) -> dict[str, int]:
+        """Remove the entries (and, with ``models``, the models) that match every given
+        filter; with none given, every entry. Returns ``{"entries": n, "models": m}``, the
+        rows removed (or, with ``dry_run``, that would be).
+
+        ``device`` is the device's name; ``problem`` and ``winner`` (a label such as
+        ``"winograd:4x4"``) select entries only, so models are left alone when either is
+        given; ``stale`` keeps only rows of another convsel or implementations version, which
+        this convsel never uses.
+        """
+        where, args = [], []
+        for column, value in (("backend", backend), ("device", device)):
+            if value is not None:
+                where.append(f"{column}=?")
+                args.append(value)
+        if stale:
+            where.append("NOT (convsel_version=? AND implementations_version=?)")
+            args += [__version__, IMPLEMENTATIONS_VERSION]
+        entry_where, entry_args = list(where), list(args)
+        if problem is not None:
+            entry_where.append("problem=?")
+            entry_args.append(problem_key(problem))
+        if winner is not None:
+            entry_where.append("winner=?")
+            entry_args.append(winner)
+        plans = [("entries", entry_where, entry_args)]
+        if models and problem is None and winner is None and self.schema_version >= 2:
+            plans.append(("models", where, args))
+        counts = {"entries": 0, "models": 0}
+        if dry_run:
+            for table, conditions, values in plans:
+                counts[table] = int(self._store.rows(
+                    f"SELECT COUNT(*) FROM {table}{_where(conditions)}", values)[0][0])
+            return counts
+        self._require_writable("nothing was removed")
         with self._store.transaction() as tx:
-            return (tx.execute("DELETE FROM entries WHERE backend=?", (backend,)) if backend
-                    else tx.execute("DELETE FROM entries"))
+            for table, conditions, values in plans:
+                counts[table] = tx.execute(f"DELETE FROM {table}{_where(conditions)}", values)
+        return counts
+
+    def prune(self, *, dry_run: bool = False) -> dict[str, int]:
+        """Remove the entries and models of other convsel or implementations versions: this
+        convsel never uses them (``convsel db list`` marks them)."""
+        return self.remove(stale=True, models=True, dry_run=dry_run)
 
     # -- models ---------------------------------------------------------------------------------
     def save_model(self, key: Mapping[str, str], family: str, model: Mapping[str, Any],
@@ -263,16 +315,33 @@ class TuningDB:
 
     # -- moving between machines --------------------------------------------------------------
     def export_json(self) -> dict[str, Any]:
-        """Every entry as one JSON document (:meth:`import_json` reads it)."""
+        """Every entry and every fitted model as one JSON document (:meth:`import_json`
+        reads it)."""
         return {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION,
                 "convsel_version": __version__, "exported": time.time(),
-                "entries": [e.to_dict() for e in self.entries()]}
+                "entries": [e.to_dict() for e in self.entries()],
+                "models": self._model_rows()}
+
+    def _model_rows(self) -> list[dict[str, Any]]:
+        if self.schema_version < 2:
+            return []
+        rows = self._store.rows(f"SELECT {', '.join(MODEL_COLUMNS)} FROM models "
+                                "ORDER BY created, backend, device")
+        out = []
+        for row in rows:
+            item = dict(zip(MODEL_COLUMNS, row, strict=True))
+            for field in ("model", "meta"):
+                item[field] = self._json(item[field], field, item)
+            out.append(item)
+        return out
 
     def import_json(self, document: Any) -> dict[str, Any]:
-        """Add the entries of an exported document; where both hold a key, the newer wins.
+        """Add the entries and models of an exported document; where both hold a key, the
+        newer wins.
 
-        Returns ``{"imported": n, "kept": n, "rejected": [reason, ...]}``. A document that is
-        not an export raises TuningDatabaseError; a bad entry is rejected with its index.
+        Returns ``{"imported": n, "kept": n, "models_imported": n, "models_kept": n,
+        "rejected": [reason, ...]}``. A document that is not an export raises
+        TuningDatabaseError; a bad entry or model is rejected with its index.
         """
         if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
             raise TuningDatabaseError(f"not a convsel tuning export (expected \"format\": "
@@ -283,13 +352,25 @@ class TuningDB:
                 incoming.append(TuningEntry.from_dict(raw))
             except (ValueError, TypeError, KeyError) as exc:
                 rejected.append(f"entry {i}: {exc}")
+        models = []
+        for i, raw in enumerate(document.get("models") or []):
+            try:
+                models.append(_model_import_row(raw))
+            except (ValueError, TypeError, KeyError) as exc:
+                rejected.append(f"model {i}: {exc}")
         self._require_writable("nothing was imported")
         existing = {_key(e): e.created for e in self.entries()}
         newer = [e for e in incoming if existing.get(_key(e), -1.0) < e.created]
         # The upsert keeps a row another writer made newer since the read above.
         self._write_entries(_ENTRY_IMPORT, newer)
+        stored = {tuple(m[c] for c in MODEL_KEY): m["created"] for m in self._model_rows()}
+        newer_models = [m for m in models if stored.get(m[:len(MODEL_KEY)], -1.0) < m[-1]]
+        if newer_models:
+            with self._store.transaction() as tx:
+                tx.executemany(_MODEL_IMPORT, sorted(newer_models))
         return {"imported": len(newer), "kept": len(incoming) - len(newer),
-                "rejected": rejected}
+                "models_imported": len(newer_models),
+                "models_kept": len(models) - len(newer_models), "rejected": rejected}
 
 
 def _refuse_mangled_url(target: str | os.PathLike[str]) -> None:
@@ -301,6 +382,26 @@ def _refuse_mangled_url(target: str | os.PathLike[str]) -> None:
             f"tuning database {text.split(':', 1)[0]}:/...: a PostgreSQL URL that was turned "
             f"into a file path (its '//' is lost); pass {ENV_VAR} / --db as a string "
             f"postgresql://user:password@host:port/dbname")
+
+
+def _where(conditions: list[str]) -> str:
+    return f" WHERE {' AND '.join(conditions)}" if conditions else ""
+
+
+def _model_import_row(raw: Any) -> tuple[Any, ...]:
+    """A models row from an exported model, checked: text key fields, a family, JSON model and
+    meta, a finite ``created``."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"expected an object, got {type(raw).__name__}")
+    for field in (*MODEL_KEY, "family"):
+        if not isinstance(raw.get(field), str) or not raw[field]:
+            raise ValueError(f"{field!r} must be a non-empty string")
+    created = float(raw["created"])
+    if created != created or created in (float("inf"), float("-inf")):
+        raise ValueError("'created' must be a finite number")
+    texts = [json.dumps(raw[field], sort_keys=True, allow_nan=False)
+             for field in ("model", "meta")]
+    return (*(raw[c] for c in MODEL_KEY), raw["family"], *texts, created)
 
 
 def _model_key(key: Mapping[str, str]) -> tuple[str, ...]:
@@ -339,12 +440,14 @@ _open: dict[tuple[int, str | Path], TuningDB] = {}
 _open_lock = threading.Lock()
 
 
-def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
+def open_db(db: TuningDB | str | os.PathLike[str] | None = None, *,
+            create: bool = True) -> TuningDB:
     """``db`` itself, or the (cached) database at that path or URL, or the default one.
 
     Cached per process (a forked child opens its own connections) and per path or URL.
     Raises TuningDatabaseError when the store cannot be used; a failure is not cached, so a
-    repaired file or a restarted server is picked up on the next call.
+    repaired file or a restarted server is picked up on the next call. ``create=False`` (for
+    callers that only read) refuses an SQLite file that does not exist yet.
     """
     if isinstance(db, TuningDB):
         return db
@@ -352,7 +455,7 @@ def open_db(db: TuningDB | str | os.PathLike[str] | None = None) -> TuningDB:
     key: str | Path = str(target).strip() if is_url(target) else Path(target).expanduser()
     with _open_lock:
         if (os.getpid(), key) not in _open:
-            _open[(os.getpid(), key)] = TuningDB(key)
+            _open[(os.getpid(), key)] = TuningDB(key, create=create)
         return _open[(os.getpid(), key)]
 
 

@@ -31,7 +31,7 @@ from ..algorithms import label_of
 from ..errors import ConvselError, FallbackWarning, UnsupportedError
 from ..problem import ConvProblem
 from ..rules import Rules, as_rules
-from ..verdict import Verdict, failed, passed
+from ..verdict import failed
 from . import quality
 from .entry import TuningEntry
 from .identity import device_identity
@@ -123,7 +123,8 @@ def candidates(problem: ConvProblem, backend: str, rules: Rules | None = None,
                exclude: Collection[str] = ()) -> tuple[list[Variant], dict[str, str]]:
     """Every (algorithm, parameters) that may run ``problem`` on ``backend``, and the
     algorithms that will not be timed, with why: unsupported, excluded by the caller, or
-    dominated (see :func:`dominated`). Winograd gives one candidate per output tile."""
+    dominated (its home says it cannot win here, :func:`convsel.algorithms.dominated`).
+    Winograd gives one candidate per output tile."""
     loaded = as_rules(rules)
     found: list[Variant] = []
     skipped: dict[str, str] = {}
@@ -136,28 +137,13 @@ def candidates(problem: ConvProblem, backend: str, rules: Rules | None = None,
         if verdict.ok and alg in exclude:
             verdict = failed(f"not timed: {alg} excluded by the caller")
         if verdict.ok:
-            verdict = dominated(alg, problem)
+            verdict = algorithms.dominated(alg, problem)
         if not verdict.ok:
             skipped[alg] = verdict.reason
             continue
         found += [Variant(label_of(alg, params), alg, params)
                   for params in algorithms.variants(alg, problem, loaded)]
     return found, skipped
-
-
-def dominated(algorithm: str, p: ConvProblem) -> Verdict:
-    """Fails for a candidate that provably does more arithmetic than another one, so that
-    timing it (and transforming its weights) would only cost tuning time.
-
-    FFT with a 1x1 kernel: its spectral products alone are C*K complex multiply-adds per
-    frequency bin, with at least as many bins as output pixels, where GEMM does C*K real
-    multiply-adds per output pixel; the transforms come on top.
-    """
-    if algorithm == "fft" and (p.kh, p.kw) == (1, 1):
-        return failed("not timed: FFT of a 1x1 kernel does more arithmetic than the GEMM it "
-                      "replaces (C*K complex products per frequency bin vs C*K real products "
-                      "per output pixel), so it cannot win")
-    return passed("not dominated")
 
 
 def noise(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:

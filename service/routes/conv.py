@@ -21,11 +21,9 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
-from convsel import api as ops
-from convsel.errors import InvalidProblemError
-from convsel.problem import ConvProblem
+from convsel import ConvProblem, InvalidProblemError, WorkspaceLimitError, prepare
 
-from ..convert import check_size, to_problem, validate_body
+from ..convert import backends_and_device, check_size, to_problem, validate_body
 from ..errors import TooLargeError, responses
 from ..limits import JSON, MULTIPART, BodyRule
 from ..npy import NPY_MEDIA_TYPE, decode_base64, decode_file, encode_base64, encode_bytes
@@ -106,26 +104,29 @@ def _execute(job: Job, state: ServiceState) -> dict[str, Any]:
     for name, array in tensors.items():
         _check_dtype(name, array, problem)
     s = state.settings
+    order, device = backends_and_device(state, request.backend)
     start = time.perf_counter()
-    op = ops.prepare(problem, tensors["w"], tensors.get("bias"),
+    try:
+        # "auto" chooses among what fits the server's limit; a named algorithm over it (or a
+        # fallback over it) is refused before it is built
+        op = prepare(problem, tensors["w"], tensors.get("bias"),
                      weights_layout=request.weights_layout, algorithm=request.algorithm,
-                     backend=request.backend or s.default_backend,
-                     target=state.target(request.target), device=s.default_device,
+                     backend=order, target=state.target(request.target), device=device,
                      policy=request.policy, rules=state.loaded_rules(),
-                     # "auto" chooses among what fits the server's limit; a named algorithm
-                     # over it is refused below as too large
-                     max_workspace_bytes=(s.max_workspace_bytes if request.algorithm == "auto"
-                                          else None))
-    if op.workspace_bytes > s.max_workspace_bytes:
-        raise TooLargeError("problem", op.workspace_bytes, s.max_workspace_bytes,
-                            f"{op.algorithm} workspace bytes")
+                     max_workspace_bytes=s.max_workspace_bytes)
+    except WorkspaceLimitError as exc:   # the server's limit: too large, as its others are
+        if exc.needed is None:
+            raise
+        raise TooLargeError("problem", exc.needed, exc.limit,
+                            f"{exc.algorithm or 'algorithm'} workspace bytes") from exc
     y = op.run(tensors["x"])
     seconds = time.perf_counter() - start
     state.metrics.convolution(op.algorithm, op.backend, op.fallback is not None, seconds)
     return {"y": y, "shape": list(y.shape), "dtype": str(y.dtype), "method": op.method,
             "algorithm": op.algorithm, "backend": op.backend,
             "params": {k: list(v) if isinstance(v, tuple) else v for k, v in op.params.items()},
-            "fallback": op.fallback, "time_ms": round(seconds * 1e3, 3)}
+            "fallback": op.fallback, "passed_over": list(op.passed_over),
+            "time_ms": round(seconds * 1e3, 3)}
 
 
 def _parse(job: Job, state: ServiceState) -> tuple[Conv2dRequest, dict[str, np.ndarray]]:

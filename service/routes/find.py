@@ -16,20 +16,16 @@ import anyio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
-from convsel import backends
-from convsel.errors import BackendUnavailableError, InvalidProblemError
-from convsel.finder import find
+from convsel import find
 
 from ..auth import TOKEN
-from ..convert import check_size, json_body, to_problem, validate_body
+from ..convert import backends_to_run, check_size, json_body, to_problem, validate_body
 from ..errors import responses
-from ..limits import BodyRule
-from ..schemas import MAX_NAME, Backend, ProblemIn, integral
+from ..schemas import MAX_NAME, BackendList, ProblemIn, integral
 from ..state import ServiceState, state_of
-from . import tuning
+from ..timing import MAX_BUDGET_S, timing_slot
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
-BODIES = {"/v1/find": BodyRule("max_body_bytes")}
 
 
 # more than any problem has candidates: a larger top is a mistake, not a wish for all of them
@@ -46,9 +42,11 @@ class FindRequest(BaseModel):
     target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra={
         "x-convsel": "target"}, description="the ACL target whose rules' pick is "
         "reported beside the ranking; default: the server's")
-    backend: Backend | None = Field(  # type: ignore[valid-type]
-        None, description="default: the server's")
-    budget_s: float = Field(10.0, gt=0, le=tuning.MAX_BUDGET_S,
+    backend: BackendList | None = Field(
+        None, description="where to time (default: the server's); several are timed and "
+        "ranked together, a device's candidates with the copies of x and y its clock left "
+        "out (transfer_ms); winner and tie then read backend/label")
+    budget_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S,
                             description="stop timing after about this many seconds")
     max_workspace_bytes: Bytes | None = Field(
         None, description="do not build candidates whose workspace is larger; the server's "
@@ -62,6 +60,7 @@ class FindRequest(BaseModel):
 
 class FindEntryOut(BaseModel):
     rank: int | None
+    backend: str | None = Field(None, description="where it ran, when several were timed")
     label: str
     algorithm: str
     params: dict[str, Any]
@@ -74,6 +73,8 @@ class FindEntryOut(BaseModel):
     pruned: bool
     clock: str | None = Field(None, description="what the times are: device (profiling "
                               "events, OpenCL) or wall (the host's clock around the call)")
+    transfer_ms: float | None = Field(None, description="several backends: the copies of x "
+                                      "in and y out that a device clock leaves out")
     workspace_bytes: int | None
 
 
@@ -91,6 +92,9 @@ class FindResponse(BaseModel):
     database: str | None
     narrowed: str | None = Field(None, description="with top: what was timed, or why every "
                                  "candidate was")
+    passed_over: list[str] = Field([], description="backends of the list not timed, with why")
+    devices: dict[str, dict[str, str]] = Field({}, description="several backends: each one's "
+                                              "device")
     results: list[FindEntryOut]
     elapsed_s: float
 
@@ -109,24 +113,18 @@ async def find_route(request: Request) -> Any:
     body = validate_body(FindRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
     check_size(state, problem)
-    with tuning.timing_slot(state, body.budget_s):
+    with timing_slot(state, body.budget_s):
         return await anyio.to_thread.run_sync(_find, state, problem, body)
 
 
 def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any]:
     s = state.settings
-    backend = body.backend or s.default_backend
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-    ready = backends.available(backend)
-    if not ready.ok:
-        raise BackendUnavailableError(ready.reason, backend=backend)
+    backend, device = backends_to_run(state, body.backend)
     limit = s.max_workspace_bytes if body.max_workspace_bytes is None else min(
         body.max_workspace_bytes, s.max_workspace_bytes)
     started = time.perf_counter()
     target = s.default_target if body.target is None else body.target
-    result = find(problem, backend=backend, device=s.default_device, target=target,
+    result = find(problem, backend=backend, device=device, target=target,
                   rules=state.loaded_rules(),
                   max_workspace_bytes=limit, store=body.store, db=s.tuning_db,
                   budget_s=body.budget_s, top=body.top)

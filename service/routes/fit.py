@@ -15,15 +15,14 @@ import anyio
 from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
-from convsel import backends
-from convsel.errors import InvalidProblemError, TuningDatabaseError
-from convsel.tuning.db import open_db
-from convsel.tuning.identity import device_identity
+from convsel import InvalidProblemError, TuningDatabaseError
+from convsel.learn import fit_and_store
+from convsel.tuning import open_db
 
 from ..auth import TOKEN
 from ..convert import json_body, validate_body
 from ..errors import BusyError, responses
-from ..limits import BodyRule
+from ..fitted import model_in_use, where
 from ..schemas import MAX_NAME, Backend, integral
 from ..state import ServiceState, StateDep, state_of
 
@@ -31,7 +30,6 @@ MAX_ENTRIES = 20000
 _running = threading.Lock()
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
-BODIES = {"/v1/fit": BodyRule("max_body_bytes")}
 
 
 class FitRequest(BaseModel):
@@ -106,46 +104,16 @@ def ready(app: FastAPI) -> dict[str, Any]:
     return {"ok": True, **model_in_use(app.state.convsel, None)}
 
 
-def _where(state: ServiceState, backend: str | None,
-           device: str | None) -> tuple[str, Any, dict[str, str]]:
-    s = state.settings
-    backend, device = backend or s.default_backend, device or s.default_device
-    if backend not in backends.BACKENDS:
-        raise InvalidProblemError("backend", backend,
-                                  f"unknown backend; known: {', '.join(backends.BACKENDS)}")
-    return backend, device, device_identity(backend, device)
-
-
-def model_in_use(state: ServiceState, backend: str | None) -> dict[str, Any]:
-    """What the predicted policy uses on ``backend`` (default: the server's) here: the
-    model's identity, or None and why."""
-    from convsel.policies.predicted import load_stored
-
-    try:
-        backend, device, _ = _where(state, backend, None)
-    except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
-        return {"model": None, "reason": state.public(str(exc))}
-    model, why = load_stored(backend, device, state.settings.tuning_db)
-    return {"backend": backend, "model": model.identity() if model else None,
-            "reason": state.hide_database(why) or None}
-
-
 def _fit(state: ServiceState, body: FitRequest) -> dict[str, Any]:
-    from convsel.learn.fit import fit
-    from convsel.learn.stored import model_key
-
-    backend, _, ident = _where(state, body.backend, body.device)
+    backend, _, ident = where(state, body.backend, body.device)
     try:
         db = open_db(state.settings.tuning_db)
     except TuningDatabaseError as exc:
         raise InvalidProblemError("tuning_db", "server", f"cannot be opened: {exc}") from exc
-    entries = [e for e in db.entries(backend=backend, device=ident) if e.is_current]
-    result = fit(entries[-body.max_entries:], families=body.families, device=ident)
-    db.save_model(model_key(backend, ident), result.family, result.model.to_data(),
-                  result.meta)
-    stored = db.load_model(model_key(backend, ident))
-    return {"backend": backend, "device": ident, "family": result.family,
-            "id": result.meta["id"], "training_problems": result.meta["training_problems"],
-            "training_rows": result.meta["training_rows"],
-            "held_out": result.meta["held_out"], "fit_seconds": result.meta["fit_seconds"],
-            "created": stored["created"] if stored else None}
+    stored = fit_and_store(db, backend, ident, newest=body.max_entries,
+                           families=body.families)
+    meta = stored["meta"]
+    return {"backend": backend, "device": ident, "family": stored["family"], "id": meta["id"],
+            "training_problems": meta["training_problems"],
+            "training_rows": meta["training_rows"], "held_out": meta["held_out"],
+            "fit_seconds": meta["fit_seconds"], "created": stored["created"]}

@@ -8,10 +8,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from convsel import algorithms, backends
-from convsel.problem import ConvProblem
+from convsel import ConvProblem, algorithms, backends, resolve_target
 from convsel.rules import METHODS
-from convsel.targets import resolve_target, target_names
+from convsel.targets import target_names
 
 from ..auth import TOKEN
 from ..errors import responses
@@ -87,18 +86,20 @@ def _registry_methods(algorithm: str) -> list[str]:
 
 @router.get("/v1/backends", response_model=BackendsResponse, tags=["meta"])
 async def list_backends(state: StateDep) -> dict[str, Any]:
-    """Availability as probed at start-up, plus each backend's live ``describe()`` (devices,
-    runtime-cache counters) where the backend provides one."""
+    """Availability as probed at start-up, each backend's capabilities (dtypes,
+    device-resident arrays; per device its index for ``opencl:1``, F16 mode, fp64, tensor
+    cores) and its live ``describe()`` (devices, runtime-cache counters) where it has one."""
     rows = await run_in_threadpool(_backend_rows, state.backends, state.describers)
     return {"default": state.settings.default_backend, "backends": rows}
 
 
 def _backend_rows(probed: dict[str, Any], describers: dict[str, Any]) -> list[dict[str, Any]]:
+    able = {c["backend"]: c for c in backends.capabilities()}   # opens each device
     rows = []
     for name, verdict in probed.items():
         row = {"name": name, "available": verdict.ok, "reason": verdict.reason,
                "implements": [a for (a, b) in backends.IMPLEMENTATIONS if b == name],
-               "describe": None, "describe_error": None}
+               "describe": None, "describe_error": None, "capabilities": able.get(name)}
         if name in describers:
             try:
                 row["describe"] = describers[name]()

@@ -23,10 +23,8 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import UploadFile
 
-from convsel.onnx import plan
-from convsel.onnx.errors import PlanError
-from convsel.onnx.reader import load_model
-from convsel.onnx.shapes import parse_input_shape
+from convsel import plan
+from convsel.onnx import PlanError, load_model, parse_input_shape
 from convsel.policies import POLICIES
 
 from ..convert import selection_options, validate_body
@@ -44,6 +42,12 @@ BODIES = {"/v1/plan": BodyRule("max_model_bytes", MULTIPART, overhead=1 << 20)}
 _planning = threading.Lock()
 
 
+_BACKENDS_DOC = ("where the Convs run: one backend, or several in order of preference "
+                 "('opencl,numpy'; 'opencl:1' names a device; 'auto'). Each node then names "
+                 "its backend and the summary the host-device switches; acl takes the first "
+                 "that supports each Conv, measured/predicted the least total time")
+
+
 class PlanForm(BaseModel):
     """The form's fields besides the ``model`` file part."""
 
@@ -56,6 +60,7 @@ class PlanForm(BaseModel):
         [], max_length=64, description="NAME=D0,D1,... for an input left unknown (repeatable)")
     fast_math: bool = False
     layout: Literal["NCHW", "NHWC"] = "NCHW"
+    backend: str | None = Field(None, max_length=MAX_NAME, description=_BACKENDS_DOC)
 
 
 _FORM_SCHEMA: dict[str, Any] = {
@@ -69,6 +74,7 @@ _FORM_SCHEMA: dict[str, Any] = {
                         "description": "NAME=D0,D1,... for an input left unknown"},
         "fast_math": {"type": "boolean", "default": False},
         "layout": {"type": "string", "enum": ["NCHW", "NHWC"], "default": "NCHW"},
+        "backend": {"type": "string", "maxLength": MAX_NAME, "description": _BACKENDS_DOC},
     },
 }
 
@@ -82,6 +88,8 @@ class PlanResponse(BaseModel):
     model: dict[str, Any]
     target: str
     policy: str
+    placement: dict[str, Any] | None = Field(None, description="with backend: the backends, "
+                                             "how Convs were assigned, the switches")
     summary: dict[str, Any]
     nodes: list[dict[str, Any]]
     skipped: list[dict[str, Any]]
@@ -137,9 +145,12 @@ def _plan_upload(state: ServiceState, upload: BinaryIO, filename: str | None,
             if exc.node is None and exc.value == path:
                 exc.value = filename   # the temporary file's path means nothing to the caller
             raise
+    options = selection_options(state, form.policy, form.backend, None)
+    # where the Convs run is plan's own argument; the policy gets it from there
+    backend, device = options.pop("backend", form.backend), options.pop("device", None)
     result = plan(model, state.target(form.target), form.policy, input_shapes=shapes,
                   fast_math=form.fast_math, layout=form.layout, rules=state.loaded_rules(),
-                  **selection_options(state, form.policy, None, None))
+                  backend=backend, device=device, **options)
     return state.hide_database(result.to_dict())   # traces may name the tuning database
 
 

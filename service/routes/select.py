@@ -10,9 +10,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, ValidationError, create_model
 
-from convsel.errors import InvalidProblemError
+from convsel import InvalidProblemError, Target, resolve_target
 from convsel.policies import Policy, get_policy
-from convsel.targets import Target, resolve_target
 
 from ..convert import json_body, select_json, selection_options, to_problem, validate_body
 from ..errors import TooLargeError, describe_error, responses

@@ -13,40 +13,32 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 import anyio
 from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from convsel import backends
-from convsel._version import __version__
-from convsel.errors import BackendUnavailableError, TuningDatabaseError
-from convsel.policies import choose
-from convsel.problem import ConvProblem
-from convsel.tuning.db import TuningDB, open_db
-from convsel.tuning.entry import IMPLEMENTATIONS_VERSION
-from convsel.tuning.measure import Measurement, device_identity, measure
+from convsel import (
+    ConvProblem,
+    TuningDatabaseError,
+    __version__,
+    backends,
+    choose,
+    find,
+)
+from convsel.tuning import IMPLEMENTATIONS_VERSION, TuningDB, device_identity, open_db
 
 from ..auth import TOKEN
-from ..convert import check_size, json_body, to_problem, validate_body
-from ..errors import BusyError, responses
-from ..limits import BodyRule
+from ..convert import backend_to_run, check_size, json_body, to_problem, validate_body
+from ..errors import responses
+from ..fitted import model_in_use
 from ..schemas import MAX_NAME, Backend, ProblemIn
 from ..state import ServiceState, StateDep, state_of
-from .fit import model_in_use
+from ..timing import MAX_BUDGET_S, timing_slot
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
-BODIES = {"/v1/tune": BodyRule("max_body_bytes")}
-
-MAX_BUDGET_S = 60.0
-_running = threading.Lock()      # one tuning per process: timings of two would disturb both
-_running_until = 0.0             # when the running tuning's budget ends (for Retry-After)
 
 
 class TuneRequest(BaseModel):
@@ -136,15 +128,6 @@ class TuningResponse(BaseModel):
     models: list[StoredModelOut]
 
 
-class TuningBusyError(BusyError):
-    """Another tuning is running on this server (HTTP 503 with Retry-After)."""
-
-    def __init__(self, retry_after: int) -> None:
-        self.retry_after = retry_after
-        Exception.__init__(self, f"a tuning is already running on this server (one at a "
-                                 f"time); retry after {retry_after} s")
-
-
 @router.post("/tune", response_model=TuneResponse, dependencies=[TOKEN],
              responses=responses(401, 413, 415, 422, 503), openapi_extra=json_body("TuneRequest"))
 async def tune(request: Request) -> dict[str, Any]:
@@ -156,22 +139,6 @@ async def tune(request: Request) -> dict[str, Any]:
     check_size(state, problem)
     with timing_slot(state, _budget(state, body)):
         return await anyio.to_thread.run_sync(_tune, state, problem, body)
-
-
-@contextmanager
-def timing_slot(state: ServiceState, budget_s: float) -> Iterator[None]:
-    """The process's one timing slot (/v1/tune, /v1/find) for about ``budget_s`` seconds;
-    taken, it raises :class:`TuningBusyError` with the time left as Retry-After."""
-    global _running_until
-    if not _running.acquire(blocking=False):
-        wait = max(state.settings.retry_after_seconds,
-                   math.ceil(_running_until - time.monotonic()))
-        raise TuningBusyError(wait)
-    try:
-        _running_until = time.monotonic() + budget_s
-        yield
-    finally:
-        _running.release()
 
 
 @router.get("/tuning", response_model=TuningResponse, responses=responses(422, 503))
@@ -252,11 +219,8 @@ _malloc_trim = _load_malloc_trim()
 
 def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> dict[str, Any]:
     s = state.settings
-    backend = body.backend or s.default_backend
-    device = body.device if body.device is not None else s.default_device
-    ready = backends.available(backend)
-    if not ready.ok:
-        raise BackendUnavailableError(ready.reason, backend=backend)
+    backend = backend_to_run(state, body.backend)
+    device = body.device if body.device is not None else s.opencl_device
     db, note = _database(state)
     started = time.perf_counter()
     entry = None if body.retune or db is None else db.lookup(
@@ -266,11 +230,14 @@ def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> 
                 "winner": entry.winner, "tie": list(entry.tie),
                 "timings": dict(entry.timings), "device": dict(entry.device)}
     else:
-        m = measure(problem, backend, device, rules=state.loaded_rules(),
-                    budget_s=_budget(state, body))
-        recorded, note = _record(db, m, note)
-        view = {"cached": False, "complete": m.complete, "recorded": recorded, "note": note,
-                "winner": m.winner, "tie": list(m.tie), "device": dict(m.device),
+        found = find(problem, backend=backend, device=device, target=state.target(body.target),
+                     rules=state.loaded_rules(), budget_s=_budget(state, body),
+                     store=db is not None, db=db)
+        m = found.measurement
+        assert m is not None   # find() keeps the measurement it ranked
+        view = {"cached": False, "complete": m.complete, "recorded": found.stored,
+                "note": note or state.public(found.note), "winner": m.winner, "tie": list(m.tie),
+                "device": dict(m.device),
                 "timings": {**m.timings, **{k: {"skipped": v} for k, v in m.skipped.items()}}}
     sel = choose(problem, state.target(body.target), rules=state.loaded_rules(),
                  policy="measured", backend=backend, device=device,
@@ -288,17 +255,4 @@ def _database(state: ServiceState) -> tuple[TuningDB | None, str | None]:
     try:
         return open_db(state.settings.tuning_db), None
     except TuningDatabaseError as exc:
-        return None, f"not recorded: {state.public(str(exc))}"
-
-
-def _record(db: TuningDB | None, m: Measurement, note: str | None) -> tuple[bool, str | None]:
-    if db is None:
-        return False, note
-    if not m.complete:
-        return False, (f"not recorded: the time budget ran out before "
-                       f"{', '.join(m.untimed)} were timed fully")
-    try:
-        db.record(m.entry())
-    except TuningDatabaseError as exc:
-        return False, f"not recorded: {exc}"
-    return True, None
+        return None, f"not stored: {state.public(str(exc))}"

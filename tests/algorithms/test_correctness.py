@@ -1,17 +1,22 @@
 """Every registered (algorithm, backend) pair against the float64 reference.
 
-One table drives it: ``convsel.backends.IMPLEMENTATIONS``. A pair whose backend is not
-available, or whose module does not import yet, is skipped with the reason; a problem the
-backend cannot run is skipped only through that module's own ``supports()``. Problems come
-from the packaged layers.json (scaled down, tests/layer_cases.py) and from hypothesis.
-Outputs start as NaN on every backend (numpy's fresh arrays, OpenCL's device output buffer
-before each run) so an element an algorithm never writes fails, and finite inputs must give
-finite outputs.
+One table drives it: ``convsel.backends.IMPLEMENTATIONS``, from the algorithm registry. A
+pair whose backend is not available here is skipped with the reason; nothing else is. Each
+test states what it promises to run, and fails when that does not happen: a case the
+algorithm's constraint (its home's ``supports``) accepts must run on the backend (a backend
+module refusing it fails the test), and a constraint that accepts none of a test's cases
+fails it too, so an algorithm cannot pass by running nothing. Problems come from the
+packaged layers.json (scaled down, tests/layer_cases.py) and from hypothesis. Outputs start
+as NaN on every backend (numpy's fresh arrays, OpenCL's device output buffer before each
+run) so an element an algorithm never writes fails, and finite inputs must give finite
+outputs. Every variant the registry offers is checked (each Winograd tile, each tile of the
+tiled GEMM that fits).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -19,26 +24,27 @@ from typing import Any
 
 import numpy as np
 import pytest
+from algorithm_cases import PLAIN, RULES, first_supported
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from layer_cases import layer_cases
 from problem_sizes import sizes
-from tolerances import tolerance
+from tolerances import error_scale, tolerance
 
 from convsel import algorithms, backends
 from convsel.activation import KINDS
 from convsel.api import prepare
 from convsel.backends.numpy import common as numpy_common
+from convsel.errors import InvalidProblemError
 from convsel.problem import ConvProblem
 from convsel.reference import conv2d_reference
-from convsel.rules import default_rules
 
 PAIRS = sorted(backends.IMPLEMENTATIONS)
 PAIR_IDS = [f"{a}-{b}" for a, b in PAIRS]
-RULES = default_rules()
-WINOGRAD_KERNELS = sorted({tuple(e.kernel) for rows in RULES.cpu.winograd.values()
-                           for e in rows} | {tuple(e.kernel) for rows in
-                                             RULES.gpu.winograd.pairs.values() for e in rows})
+# kernel shapes the rule tables name (the Winograd pairs): drawn as often as 1..5 squares
+RULE_KERNELS = sorted({tuple(e.kernel) for rows in RULES.cpu.winograd.values() for e in rows}
+                      | {tuple(e.kernel) for rows in RULES.gpu.winograd.pairs.values()
+                         for e in rows})
 
 
 @pytest.fixture(autouse=True)
@@ -65,23 +71,27 @@ def _runtime(backend: str) -> Any:
 
 
 def implementation(algorithm: str, backend: str) -> Impl:
-    """The pair's module and runtime, or a pytest skip saying why it cannot run here."""
+    """The pair's module and runtime, or a pytest skip when the backend cannot run here (no
+    pyopencl, no device). A module that does not import is an error, not a skip."""
     ready = backends.available(backend)
     if not ready.ok:
         pytest.skip(f"{backend} backend unavailable: {ready.reason}")
-    path = backends.IMPLEMENTATIONS[(algorithm, backend)]
-    try:
-        module = importlib.import_module(path)
-    except ImportError as exc:
-        pytest.skip(f"{path} does not import yet: {exc}")
+    module = importlib.import_module(backends.IMPLEMENTATIONS[(algorithm, backend)])
     return Impl(algorithm, backend, module, _runtime(backend))
 
 
-def variants(algorithm: str, p: ConvProblem) -> list[dict[str, Any]]:
-    """The params to try: each Winograd tile paired with the kernel, else none."""
-    if algorithm == "winograd":
-        return [{"tile": t} for t in algorithms.winograd_tiles(p, RULES)]
-    return [{}]
+def promised(algorithm: str, p: ConvProblem) -> list[dict[str, Any]]:
+    """The resolved params of every variant of ``algorithm`` (its home's ``variants``) that
+    its constraint accepts on ``p``: what the suite promises to run ([] when it refuses)."""
+    if not algorithms.supports(algorithm, p, RULES).ok:
+        return []
+    found = []
+    for params in algorithms.variants(algorithm, p, RULES):
+        verdict = algorithms.supports(algorithm, p, RULES, params)
+        if verdict.ok:
+            found.append({**params, **verdict.params})
+    assert found, f"{algorithm} accepts {p} but none of its variants"
+    return found
 
 
 def random_data(p: ConvProblem, seed: int, with_bias: bool = True,
@@ -94,23 +104,14 @@ def random_data(p: ConvProblem, seed: int, with_bias: bool = True,
     return x, w, bias
 
 
-def error_scale(p: ConvProblem, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> float:
-    """The largest Σ|x|·|w| + |bias| over outputs: what float summation error scales with."""
-    plain = p.replace(activation=None)
-    total = conv2d_reference(plain, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
-                             None if bias is None else np.abs(bias.astype(np.float64)))
-    return float(total.max()) or 1.0
-
-
 def check(impl: Impl, p: ConvProblem, params: dict[str, Any], seed: int,
           with_bias: bool = True) -> str | None:
-    """Run one problem; the failure description, or None when it passes or is unsupported."""
-    verdict = algorithms.supports(impl.algorithm, p, RULES, params)
-    if not verdict.ok:
-        return None
-    params = {**params, **verdict.params}   # resolved, as convsel.execute hands them down
-    if not impl.module.supports(p, params, impl.runtime).ok:
-        return None
+    """Run one promised problem (``params`` resolved, as convsel.execute hands them down);
+    the failure description, or None when it ran and passed."""
+    backend = impl.module.supports(p, params, impl.runtime)
+    if not backend.ok:
+        return (f"{p} {params}: the {impl.backend} module refuses a problem the algorithm's "
+                f"constraint accepts: {backend.reason}")
     x, w, bias = random_data(p, seed, with_bias)
     kernel = impl.module.prepare(p, w, bias, params, impl.runtime)
     y = kernel.run(x)
@@ -131,15 +132,21 @@ def check(impl: Impl, p: ConvProblem, params: dict[str, Any], seed: int,
     return None
 
 
-def run_cases(impl: Impl, cases: list[tuple[str, ConvProblem]]) -> None:
+def run_cases(impl: Impl, cases: Sequence[tuple[str, ConvProblem]]) -> None:
+    """Run every (case, variant) the algorithm's constraint accepts; fail when it accepts
+    none of ``cases``, when one fails, or when fewer ran than were promised."""
+    todo = [(seed, name, p, params) for seed, (name, p) in enumerate(cases)
+            for params in promised(impl.algorithm, p)]
+    assert todo, (f"{impl.algorithm}'s supports() accepts none of the {len(cases)} cases: "
+                  "it would pass having run nothing")
     failures, ran = [], 0
-    for seed, (name, p) in enumerate(cases):
-        for params in variants(impl.algorithm, p):
-            failure = check(impl, p, params, seed)
-            ran += failure is None
-            if failure:
-                failures.append(f"{name}: {failure}")
-    assert not failures, f"{len(failures)} failed:\n" + "\n".join(failures)
+    for seed, name, p, params in todo:
+        failure = check(impl, p, params, seed)
+        ran += failure is None
+        if failure:
+            failures.append(f"{name}: {failure}")
+    assert not failures, f"{len(failures)} of {len(todo)} failed:\n" + "\n".join(failures)
+    assert ran == len(todo), f"ran {ran} of the {len(todo)} promised cases"
 
 
 @pytest.mark.parametrize(("algorithm", "backend"), PAIRS, ids=PAIR_IDS)
@@ -158,49 +165,85 @@ def test_network_layers_f16(algorithm: str, backend: str) -> None:
 
 
 @st.composite
-def problems(draw: st.DrawFn, algorithm: str, max_hw: int, max_channels: int) -> ConvProblem:
-    """A random valid problem shaped for ``algorithm``'s hard constraints."""
-    if algorithm == "winograd":
-        kh, kw = draw(st.sampled_from(WINOGRAD_KERNELS))
-        stride, dilation, groups_allowed = (1, 1), (1, 1), False
-    elif algorithm == "gemm_1x1":
-        kh = kw = 1
-        stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-        dilation, groups_allowed = (1, 1), False
-    else:
-        kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-        stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-        dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-        groups_allowed = algorithm in ("direct", "im2col_gemm")
+def drawn_problems(draw: st.DrawFn, max_hw: int, max_channels: int) -> ConvProblem:
+    """A random valid problem: any kernel (1..5 per axis, or one the rule tables name),
+    stride, dilation, padding, grouping, activation and dtype."""
+    kh, kw = draw(st.one_of(st.sampled_from(RULE_KERNELS),
+                            st.tuples(st.integers(1, 5), st.integers(1, 5))))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     ext = (dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1)
-    pads = (0, 0, 0, 0) if algorithm == "gemm_1x1" else tuple(
-        draw(st.integers(0, ext[i // 2] - 1)) for i in range(4))
-    groups = draw(st.sampled_from([1, 2, 3])) if groups_allowed else 1
+    pads = tuple(draw(st.integers(0, ext[i // 2] - 1)) for i in range(4))
+    groups = draw(st.sampled_from([1, 2, 3]))
     cg = draw(st.integers(1, max(1, max_channels // groups)))
     kg = draw(st.integers(1, max(1, max_channels // groups)))
-    h = draw(st.integers(max(1, ext[0] - pads[0] - pads[1]), max_hw))
-    w = draw(st.integers(max(1, ext[1] - pads[2] - pads[3]), max_hw))
+    low_h, low_w = max(1, ext[0] - pads[0] - pads[1]), max(1, ext[1] - pads[2] - pads[3])
+    h = draw(st.integers(low_h, max(low_h, max_hw)))
+    w = draw(st.integers(low_w, max(low_w, max_hw)))
     kind = draw(st.sampled_from([None, *sorted(KINDS)]))
     return ConvProblem(draw(st.integers(1, 3)), h, w, cg * groups, kg * groups, kh, kw,
                        stride=stride, pad=pads, dilation=dilation, groups=groups,
                        dtype=draw(st.sampled_from(["F32", "F32", "F16"])), activation=kind)
 
 
+# Plainer versions of a drawn problem, tried in turn until the algorithm's constraint
+# accepts one: each drops some generality (groups, the kernel, stride and dilation), so an
+# algorithm is tested on the most general of them it can run; none is named here.
+_PLAINER: tuple[dict[str, Any], ...] = (
+    {},
+    {"groups": 1},
+    {"groups": 1, "kernel": (1, 1)},
+    {"groups": 1, "stride": (1, 1), "dilation": (1, 1)},
+    {"groups": 1, "stride": (1, 1), "dilation": (1, 1), "kernel": (3, 3)},
+    {"groups": 1, "stride": (1, 1), "dilation": (1, 1), "kernel": (1, 1)},
+)
+
+
+def _plainer(p: ConvProblem, how: dict[str, Any]) -> ConvProblem | None:
+    changes: dict[str, Any] = {}
+    if "groups" in how:
+        changes["groups"] = how["groups"]
+    if "stride" in how:
+        changes.update(stride=how["stride"], dilation=how["dilation"])
+    if "kernel" in how:
+        kh, kw = how["kernel"]
+        changes.update(kh=kh, kw=kw, h=max(p.h, kh), w=max(p.w, kw),
+                       pad=tuple(min(v, (kh, kh, kw, kw)[i] - 1) for i, v in enumerate(p.pad)))
+    try:
+        return p.replace(**changes)
+    except InvalidProblemError:   # e.g. a bigger kernel than the padded input
+        return None
+
+
+def fitted(algorithm: str, drawn: ConvProblem) -> ConvProblem:
+    """The first of ``drawn``'s plainer versions that ``algorithm`` accepts; an
+    AssertionError when it accepts none (a constraint that refuses everything)."""
+    for how in _PLAINER:
+        p = _plainer(drawn, how)
+        if p is not None and algorithms.supports(algorithm, p, RULES).ok:
+            return p
+    raise AssertionError(f"{algorithm}'s supports() accepts no plain version of {drawn}")
+
+
 @pytest.mark.parametrize(("algorithm", "backend"), PAIRS, ids=PAIR_IDS)
 def test_random_problems(algorithm: str, backend: str) -> None:
     impl = implementation(algorithm, backend)
     s = sizes(backend)
+    ran = []
 
     @settings(max_examples=s.max_examples, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
-    @given(p=problems(algorithm, s.max_random_hw, s.max_random_channels),
+    @given(drawn=drawn_problems(s.max_random_hw, s.max_random_channels),
            seed=st.integers(0, 2**16), with_bias=st.booleans())
-    def one(p: ConvProblem, seed: int, with_bias: bool) -> None:
-        for params in variants(algorithm, p):
+    def one(drawn: ConvProblem, seed: int, with_bias: bool) -> None:
+        p = fitted(algorithm, drawn)
+        for params in promised(algorithm, p):
             failure = check(impl, p, params, seed, with_bias)
             assert failure is None, failure
+            ran.append(p)
 
     one()
+    assert len(ran) >= s.max_examples, f"ran {len(ran)} of {s.max_examples} examples"
 
 
 _LAYOUT_AXES = {"OHWI": (0, 1, 2, 3), "HWIO": (1, 2, 3, 0), "OIHW": (0, 3, 1, 2)}
@@ -212,15 +255,15 @@ def test_public_path_layouts_bias_and_activations(algorithm: str, backend: str) 
     """Through convsel.prepare: every weights layout, NHWC and NCHW, each activation kind
     in turn; a fallback to another backend is an error here."""
     impl = implementation(algorithm, backend)
-    kernel = (1, 1) if algorithm == "gemm_1x1" else (3, 3)
+    plain = first_supported(algorithm, PLAIN)
     kinds = sorted(KINDS)
     cases = [(wl, layout) for wl in _LAYOUT_AXES for layout in ("NHWC", "NCHW")]
     for i, (weights_layout, layout) in enumerate(cases):
-        p = ConvProblem(2, 7, 9, 5, 6, *kernel, pad=(1, 0, 1, 1) if kernel == (3, 3) else 0,
-                        layout=layout, activation=kinds[(i * 5 + len(algorithm)) % len(kinds)])
+        p = plain.replace(layout=layout,
+                          activation=kinds[(i * 5 + len(algorithm)) % len(kinds)])
         params = algorithms.supports(algorithm, p, RULES).params
-        if not impl.module.supports(p, params, impl.runtime).ok:
-            continue
+        backend_verdict = impl.module.supports(p, params, impl.runtime)
+        assert backend_verdict.ok, (str(p), backend_verdict.reason)
         x, w, bias = random_data(p, i)
         op = prepare(p, np.transpose(w, _LAYOUT_AXES[weights_layout]), bias,
                      weights_layout=weights_layout, algorithm=algorithm, backend=backend)
@@ -237,11 +280,10 @@ def test_public_path_layouts_bias_and_activations(algorithm: str, backend: str) 
 def test_non_finite_input_propagates(algorithm: str, backend: str, bad: float) -> None:
     """NaN/Inf in the data is no error: every output the reference makes non-finite is."""
     impl = implementation(algorithm, backend)
-    kernel = (3, 3) if algorithm != "gemm_1x1" else (1, 1)
-    p = ConvProblem(2, 8, 9, 4, 5, *kernel, pad=(1, 0, 1, 1) if kernel == (3, 3) else 0)
-    params = variants(algorithm, p)[0]
-    if not impl.module.supports(p, params, impl.runtime).ok:
-        pytest.skip(f"{backend} {algorithm} does not run {p}")
+    p = first_supported(algorithm, PLAIN).replace(h=8, c=4, k=5)
+    params = promised(algorithm, p)[0]
+    backend_verdict = impl.module.supports(p, params, impl.runtime)
+    assert backend_verdict.ok, (str(p), backend_verdict.reason)
     x, w, bias = random_data(p, 7)
     x[1, 4, 5, 2] = bad
     with np.errstate(invalid="ignore"):
@@ -254,8 +296,7 @@ def test_non_finite_input_propagates(algorithm: str, backend: str, bad: float) -
 @pytest.mark.parametrize(("algorithm", "backend"), PAIRS, ids=PAIR_IDS)
 def test_quantized_dtypes_are_refused_with_a_reason(algorithm: str, backend: str) -> None:
     impl = implementation(algorithm, backend)
-    kernel = (1, 1) if algorithm == "gemm_1x1" else (3, 3)
-    p = ConvProblem(1, 8, 8, 4, 4, *kernel, dtype="QASYMM8")
+    p = first_supported(algorithm, PLAIN).replace(dtype="QASYMM8")
     params = algorithms.supports(algorithm, p, RULES).params
     verdict = impl.module.supports(p, params, impl.runtime)
     assert not verdict.ok and "QASYMM8" in verdict.reason

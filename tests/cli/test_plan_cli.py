@@ -11,6 +11,7 @@ pytest.importorskip("onnx")
 from onnx_models import Chain, groups_chain, squeezenet_fire2_f16
 
 from convsel.cli import main
+from convsel.tuning.db import TuningDB
 
 
 @pytest.fixture
@@ -51,9 +52,10 @@ def test_input_shape_override(model_file, capsys):
 
 @pytest.mark.parametrize("extra, words", [
     ([], "node 'c': the shape of input 'input' is (batch, 3, 32, 32)"),
-    (["--input-shape", "input"], "input_shape='input': expected NAME=D0,D1"),
-    (["--input-shape", "other=1,3,32,32"], "input_shapes='other': no tensor"),
-    (["--backend", "numpy"], "--backend applies to --policy measured only"),
+    (["--input-shape", "input"], "--input-shape='input': expected NAME=D0,D1"),
+    (["--input-shape", "other=1,3,32,32"], "--input-shape='other=1,3,32,32': no tensor"),
+    (["--db", "t.sqlite"], "db applies to policy measured or predicted"),
+    (["--backend", "numpy,cuda"], "unknown backend; known: numpy, opencl"),
     (["--target", "G999"], "G999"),
 ])
 def test_errors_are_one_line(model_file, capsys, extra, words):
@@ -73,6 +75,7 @@ def test_not_onnx_file(tmp_path, capsys):
 def test_measured_policy_with_a_database_path(model_file, capsys, tmp_path):
     pytest.importorskip("convsel.policies.measured")
     db = str(tmp_path / "tuning.sqlite")
+    TuningDB(db)   # an empty store: plan reads it, never makes one
     assert main(["plan", model_file(groups_chain()), "--policy", "measured", "--db", db]) == 0
     out = capsys.readouterr().out
     assert "policy measured" in out and "measured 0 of 3 nodes" in out

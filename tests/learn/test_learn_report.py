@@ -147,7 +147,7 @@ def test_each_family_is_judged_by_a_model_that_never_saw_any_of_it(tmp_path):
     for fold in folds.values():
         assert set(fold["targets"]) >= {"regret_at_most_1.03", "not_worse_than_acl",
                                         "no_blunder_above_1.5x"}
-        assert fold["acl"]["mean_regret"] >= fold["acl"]["geomean_regret"]
+        assert fold["acl"]["mean_regret"] >= fold["acl"]["geomean_regret"] * (1 - 1e-9)
     text = table(report)
     assert "leave-one-family-out" in text and "strided" in text and "MISSED" in text
     assert json.loads(json.dumps(report.to_dict()))["family_cv"]["strided"]["layers"]

@@ -48,6 +48,7 @@ def test_measured_node_carries_its_time_and_acls_pick(tmp_path):
 
 
 def test_empty_database_answers_from_the_rules(tmp_path):
+    TuningDB(tmp_path / "empty.sqlite")   # made empty: a lookup never makes one
     result = plan(activation_chain(), "cpu", "measured", db=tmp_path / "empty.sqlite")
     assert result.policy == "measured" and result.summary["measured"] == 0
     assert all(n.selection.source == "rules" and n.time is None for n in result.nodes)

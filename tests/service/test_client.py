@@ -1,9 +1,13 @@
-"""convsel.client.Client against a REAL server: `convsel serve` on a free loopback port."""
+"""convsel.client.Client and AsyncClient against a REAL server: `convsel serve` on a free
+loopback port. Answers are the library's types (issue 25, item 18)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,8 +15,10 @@ from service_support import convsel_command, free_port, wait_ready
 
 import convsel
 from convsel import ConvProblem
-from convsel.client import Client, TooLargeError, UnauthorizedError
+from convsel.client import AsyncClient, BusyError, Client, TooLargeError, UnauthorizedError
 from convsel.errors import InvalidProblemError, UnknownTargetError, UnsupportedError
+from convsel.finder import FindResult
+from convsel.selection import Selection
 
 TOKEN = "client-test-token"
 P = ConvProblem(1, 12, 12, 8, 16, 3, 3, pad=1)
@@ -54,14 +60,25 @@ def _arrays(p: ConvProblem, seed: int = 0):
             rng.standard_normal(p.k).astype(np.float32))
 
 
-def test_select_and_batch(client):
-    sel = client.select(P, "G77")
-    local = convsel.select(P, "G77")
-    assert (sel["method"], sel["algorithm"], sel["rule"]) == (local.method, local.algorithm,
-                                                               local.rule)
+@pytest.mark.parametrize("target", ["G77", "cpu", "Mali-G78AE r0p1"])
+def test_select_is_the_librarys_selection(client, target):
+    sel = client.select(P, target)
+    assert isinstance(sel, Selection)
+    assert sel == convsel.select(P, target)          # every field: trace, candidates, params
+    assert sel.explain() == convsel.select(P, target).explain()
+
+
+def test_select_over_a_backend_list_names_the_backend(client):
+    # the server's empty database: the rules' answer on the first backend that supports it
+    sel = client.select(P, "cpu", policy="measured", backend="opencl,numpy")
+    assert (sel.backend, sel.rule) == ("opencl", "across.first-supported")
+    assert sel.algorithm == convsel.select(P, "cpu").algorithm
+
+
+def test_select_batch_gives_selections_and_errors_in_order(client):
     batch = client.select_batch([P, {**P.to_dict(), "pad": 7}], "cpu")
-    assert batch["count"] == 2 and batch["failed"] == 1
-    assert batch["results"][1]["error"]["code"] == "invalid_problem"
+    assert batch[0] == convsel.select(P, "cpu")
+    assert isinstance(batch[1], InvalidProblemError) and batch[1].code == "invalid_problem"
 
 
 @pytest.mark.parametrize("multipart", [False, True])
@@ -96,11 +113,14 @@ def test_plan(client, tmp_path):
 def test_find_and_tune(client):
     small = ConvProblem(1, 6, 6, 4, 4, 3, 3, pad=1)
     found = client.find(small, budget_s=20, store=True)
-    ok = [r for r in found["results"] if r["status"] == "ok"]
-    assert ok[0]["rank"] == 1 and found["stored"] is True
+    assert isinstance(found, FindResult) and found.problem == small and found.stored
+    ok = [r for r in found.results if r.status == "ok"]
+    assert ok[0].rank == 1 and found.best == ok[0] and ok[0].median_s > 0
+    assert found.winner in (None, ok[0].label) and "candidate" in found.table()
     tuned = client.tune(small)
     assert tuned["cached"] is True                    # find stored it
-    assert tuned["selection"]["source"] == "tuning-db"
+    assert isinstance(tuned["selection"], Selection)
+    assert tuned["selection"].source == "tuning-db"
 
 
 def test_errors_are_the_librarys_exceptions(client, server):
@@ -125,3 +145,83 @@ def test_errors_are_the_librarys_exceptions(client, server):
     with pytest.raises(InvalidProblemError) as info:
         client.find(P, budget_s=1e9)
     assert info.value.code == "validation_error"
+
+
+def test_the_async_client_answers_as_the_sync_one(server):
+    x, w, b = _arrays(P)
+
+    async def calls():
+        async with AsyncClient(server, token=TOKEN) as c:
+            sel, y, found = await asyncio.gather(
+                c.select(P, "G77"), c.conv2d(x, w, b, pad=1),
+                c.find(ConvProblem(1, 6, 6, 4, 4, 3, 3, pad=1), budget_s=20))
+            with pytest.raises(UnknownTargetError):
+                await c.select(P, "G99")
+            return sel, y, found, await c.health()
+
+    sel, y, found, health = asyncio.run(calls())
+    assert sel == convsel.select(P, "G77") and isinstance(found, FindResult)
+    np.testing.assert_allclose(y, convsel.conv2d(x, w, b, pad=1), rtol=1e-5, atol=1e-5)
+    assert health["status"] == "ok"
+
+
+# -- 503 busy: Retry-After honoured, bounded ------------------------------------------------
+BUSY = ConvProblem(1, 56, 56, 64, 64, 3, 3, pad=1)   # more to time than a 2 s budget allows
+TINY = ConvProblem(1, 4, 4, 1, 1, 1, 1)               # timed in moments
+
+
+@pytest.fixture
+def busy_server(server):
+    """The server's one tuning slot held for about 2 s by a tuning in another thread."""
+    done = threading.Event()
+
+    def hold():   # retries: a probe below may hold the slot for a moment
+        with Client(server, token=TOKEN, retries=10) as c:
+            c.tune(BUSY, budget_s=2, retune=True)
+        done.set()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    with Client(server, token=TOKEN, retries=0) as probe:
+        while time.monotonic() < deadline:   # until the slot is taken
+            try:
+                probe.tune(TINY, budget_s=0.01, retune=True)
+            except BusyError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the holding tuning never took the slot")
+    yield server
+    thread.join(timeout=60)
+    assert done.is_set()
+
+
+def test_busy_without_retries_is_a_busy_error_with_retry_after(busy_server):
+    with Client(busy_server, token=TOKEN, retries=0) as c, pytest.raises(BusyError) as info:
+        c.tune(P, budget_s=1)
+    assert info.value.status == 503 and info.value.retry_after >= 1
+
+
+def test_a_retry_after_longer_than_the_bound_is_not_waited_for(busy_server):
+    started = time.monotonic()
+    with Client(busy_server, token=TOKEN, retries=5, max_retry_wait_s=0.5) as c, \
+            pytest.raises(BusyError):
+        c.tune(P, budget_s=1)
+    assert time.monotonic() - started < 0.9
+
+
+def test_retries_wait_what_retry_after_says_then_succeed(busy_server):
+    started = time.monotonic()
+    with Client(busy_server, token=TOKEN, retries=5, max_retry_wait_s=10) as c:
+        tuned = c.tune(P, budget_s=1)
+    assert time.monotonic() - started >= 1.0        # it waited at least one Retry-After
+    assert isinstance(tuned["selection"], Selection)
+
+
+def test_the_async_client_retries_too(busy_server):
+    async def call():
+        async with AsyncClient(busy_server, token=TOKEN, retries=5) as c:
+            return await c.tune(P, budget_s=1)
+
+    assert isinstance(asyncio.run(call())["selection"], Selection)

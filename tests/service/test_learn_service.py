@@ -10,7 +10,7 @@ from service_support import client_for
 from test_learn import UNSEEN_WIDE, entry_for, overhead_seconds, training_problems
 
 from convsel.learn import stored as stored_mod
-from convsel.policies import measured as measured_mod
+from convsel.policies import device as policy_device
 from convsel.tuning.db import TuningDB
 from convsel.tuning.measure import device_identity
 
@@ -26,7 +26,7 @@ def db_path(tmp_path, monkeypatch):
     # the environment names another database: the routes must pass the server's own down
     monkeypatch.setenv("CONVSEL_TUNING_DB", str(tmp_path / "elsewhere.sqlite"))
     yield path
-    measured_mod._cached_identity.cache_clear()
+    policy_device.cached_identity.cache_clear()
     stored_mod._cache.clear()
 
 

@@ -31,7 +31,9 @@ def upload(client, model, **form):
 
 
 def test_route_is_mounted():
-    assert "service.routes.plan" in app_module.ROUTERS
+    from service.routes import plan
+
+    assert plan.router in app_module.ROUTERS
 
 
 def test_plan_of_an_uploaded_model(client):

@@ -114,7 +114,7 @@ def _bad_bodies():
          "invalid_problem", "x"),
         # names are enums of the wire (OpenAPI states them)
         (conv_body(x, w, algorithm="quantum"), 422, "validation_error", "body.algorithm"),
-        (conv_body(x, w, backend="cuda"), 422, "validation_error", "body.backend"),
+        (conv_body(x, w, backend="cuda"), 422, "invalid_problem", "backend"),   # the library's
         (conv_body(x, w, weights_layout="IOHW"), 422, "validation_error",
          "body.weights_layout"),
         (conv_body(x, w, target="G99"), 422, "unknown_target", "target"),

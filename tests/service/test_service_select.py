@@ -69,8 +69,11 @@ def test_answers_repeat_identically(client):
     ({"problem": {**P, "stride": [1] * 1_000}}, "validation_error", "body.problem.stride"),
     ({"problem": {**P, "pad": [1, 1, 1]}}, "validation_error", "body.problem.pad"),
     ({"problem": P, "policy": "fastest"}, "validation_error", "body.policy"),
-    ({"problem": P, "policy": "measured", "backend": "cuda"}, "validation_error",
-     "body.backend"),
+    # a backend argument (one name or a list) is the library's to judge
+    ({"problem": P, "policy": "measured", "backend": "cuda"}, "invalid_problem", "backend"),
+    ({"problem": P, "policy": "measured", "backend": ["opencl", "cuda"]}, "invalid_problem",
+     "backend"),
+    ({"problem": P, "policy": "measured", "backend": []}, "validation_error", "body.backend"),
     ({"problem": P, "target": "G" * 300}, "validation_error", "body.target"),
     ({"problem": {k: v for k, v in P.items() if k != "kw"}}, "validation_error",
      "body.problem.kw"),

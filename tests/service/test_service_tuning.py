@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from service_support import assert_error, client_for
 
+from service import timing
 from service.routes import tuning as tuning_route
 
 SMALL = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
@@ -48,20 +49,20 @@ def test_tuning_lists_what_the_database_holds(client):
 
 
 def test_a_second_tuning_meanwhile_is_refused_with_retry_after(client):
-    assert tuning_route._running.acquire(blocking=False)
+    assert timing._running.acquire(blocking=False)
     try:
         r = client.post("/v1/tune", json={"problem": SMALL})
     finally:
-        tuning_route._running.release()
+        timing._running.release()
     assert_error(r, 503, "busy")
     assert int(r.headers["Retry-After"]) >= 1
     assert "already running" in r.json()["message"]
 
 
 def test_a_spent_budget_returns_the_measurement_unrecorded(client, monkeypatch):
-    real = tuning_route.measure
-    monkeypatch.setattr(tuning_route, "measure",
-                        lambda *a, **kw: real(*a, **{**kw, "budget_s": -1.0}))
+    real = tuning_route.find
+    monkeypatch.setattr(tuning_route, "find",
+                        lambda *a, **kw: real(*a, **{**kw, "budget_s": 1e-9}))
     body = client.post("/v1/tune", json={"problem": SMALL}).json()
     assert (body["complete"], body["recorded"]) == (False, False)
     assert "time budget" in body["note"]

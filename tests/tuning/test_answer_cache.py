@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from convsel import ConvProblem, choose
-from convsel.policies import measured as policy
+from convsel.policies import device as policy_device
 from convsel.tuning import cache
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import decide, device_identity
@@ -32,7 +32,7 @@ def entry(fast: str, slow: str) -> TuningEntry:
 def _fresh():
     cache.clear()
     yield
-    policy._cached_identity.cache_clear()
+    policy_device.cached_identity.cache_clear()
 
 
 def test_a_repeated_problem_is_answered_from_memory(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from convsel import ConvProblem, choose, threads
 from convsel.cli import main
+from convsel.policies import device as policy_device
 from convsel.policies import measured as policy
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import candidates, device_identity
@@ -36,7 +37,7 @@ def planted(winner: str, runner_up: str) -> TuningEntry:
 @pytest.fixture(autouse=True)
 def _fresh_identity():
     yield
-    policy._cached_identity.cache_clear()
+    policy_device.cached_identity.cache_clear()
 
 
 def test_a_planted_wrong_winner_is_corrected(tmp_path):

@@ -129,7 +129,7 @@ def test_find_route_caps_the_workspace_at_the_servers_limit(tmp_path):
 
 
 def test_find_route_bounds_and_errors(client):
-    from service.routes import tuning
+    from service import timing
 
     assert_error(client.post("/v1/find", json={"problem": SMALL, "budget_s": 1e6}), 422,
                  "validation_error")
@@ -137,11 +137,11 @@ def test_find_route_bounds_and_errors(client):
                  "invalid_problem")
     big = {**SMALL, "h": 4000, "w": 4000, "c": 512}
     assert_error(client.post("/v1/find", json={"problem": big}), 413, "too_large")
-    assert tuning._running.acquire(blocking=False)   # /v1/tune running: find waits its turn
+    assert timing._running.acquire(blocking=False)   # /v1/tune running: find waits its turn
     try:
         r = client.post("/v1/find", json={"problem": SMALL})
     finally:
-        tuning._running.release()
+        timing._running.release()
     assert_error(r, 503, "busy")
 
 

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from opencl_support import opencl_runtime
 
 from convsel import algorithms, backends
-from convsel.algorithms import workspace as ws
-from convsel.backends.numpy import common, direct, im2col_gemm, indirect_gemm
+from convsel.algorithms import fft as fft_home
 from convsel.problem import ConvProblem
 from convsel.rules import load_rules
 from convsel.tuning.layers import load_layers
@@ -34,22 +33,11 @@ def _kernels(p: ConvProblem, backend: str, runtime=None, bias: bool = True):
             yield alg, params, module.prepare(p, w, b, params, runtime)
 
 
-def test_the_mirrored_constants_are_the_numpy_backends():
-    from convsel.backends.numpy import fft
-
-    assert ws.WORKSPACE_CAP == common.WORKSPACE_CAP
-    assert ws.BAND_ELEMENTS == direct.BAND_ELEMENTS
-    assert ws.BLOCK_ELEMENTS == indirect_gemm.BLOCK_ELEMENTS
-    assert ws.MIN_BLOCK_ROWS == indirect_gemm.MIN_BLOCK_ROWS
-    assert ws.MIN_FFT == fft.MIN_FFT
-    assert ws.PLANAR_MAX_C == im2col_gemm.PLANAR_MAX_C
-
-
 def test_next_fast_len_is_scipys():
     import scipy.fft
 
     for n in range(1, 2000):
-        assert ws.next_fast_len(n) == scipy.fft.next_fast_len(n, real=True)
+        assert fft_home.next_fast_len(n) == scipy.fft.next_fast_len(n, real=True)
 
 
 def _narrow(p: ConvProblem, cap: int = 16) -> ConvProblem:
@@ -136,10 +124,7 @@ def test_estimate_bounds_opencl_kernels_and_is_exact_without_split_k(p):
     adds the most split-K can take; without it (CPU devices) it is the kernel's value."""
     import pyopencl as cl
 
-    from convsel.backends.opencl import implicit_gemm
-
     runtime = opencl_runtime()
-    assert ws.MAX_SPLITS == implicit_gemm.MAX_SPLITS
     if p.dtype == "F16" and not runtime.fp16:
         pytest.skip("no fp16 on this OpenCL device")
     found = list(_kernels(p, "opencl", runtime))
@@ -150,7 +135,8 @@ def test_estimate_bounds_opencl_kernels_and_is_exact_without_split_k(p):
         assert estimate >= kernel.workspace_bytes, (alg, params)
         assert algorithms.workspace_bytes(alg, p, params) >= kernel.workspace_bytes
         if not on_gpu:   # no split-K here: the rest of the estimate is exact
-            assert estimate - ws.opencl_split_k(alg, p, params) == kernel.workspace_bytes
+            headroom = algorithms.spec(alg).headroom_bytes(p, params, "opencl")
+            assert estimate - headroom == kernel.workspace_bytes, (alg, params)
 
 
 def test_an_explicit_split_is_estimated_exactly():

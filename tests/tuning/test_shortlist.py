@@ -66,6 +66,7 @@ def test_the_shortlist_is_the_models_top_k_and_acls_pick(db):
 
 def test_no_model_no_shortlist_and_why(tmp_path):
     rules = as_rules(None)
+    TuningDB(tmp_path / "empty.sqlite")   # made empty: a lookup never makes one
     found, why = shortlist(P, resolve_target("cpu", rules), rules, top=2,
                            db=tmp_path / "empty.sqlite")
     assert found is None and "no model" in why and "answered from" not in why
@@ -73,9 +74,17 @@ def test_no_model_no_shortlist_and_why(tmp_path):
 
 @pytest.mark.parametrize("top", [0, -1, 1.5, True, "3"])
 def test_a_bad_top_names_the_field(db, top):
-    rules = as_rules(None)
-    with pytest.raises(InvalidProblemError, match="top"):
-        shortlist(P, resolve_target("cpu", rules), rules, top=top, db=db)
+    """find() checks top before anything is timed; shortlist() trusts what it is handed."""
+    with pytest.raises(InvalidProblemError, match="top") as info:
+        convsel.find(P, settings=FAST, top=top, db=db)
+    assert info.value.field == "top"
+
+
+@pytest.mark.parametrize("command", ["find", "tune"])
+def test_a_bad_top_flag_is_refused_before_anything_runs(command, capsys):
+    assert main([command, "--h", "6", "--w", "6", "--c", "4", "--k", "4", "--kernel", "3",
+                 "--top", "0"]) == 2
+    assert "top=0: must be an integer >= 1" in capsys.readouterr().err
 
 
 def test_measure_times_the_shortlist_only():
@@ -117,7 +126,7 @@ def test_tune_top_records_the_shortlisted_timings(db, capsys):
     assert timed == {_ranking(P, db)[0], _acl(P)}
     assert any("outside model" in str(t.get("skipped", "")) for t in entry.timings.values())
     assert main([*args[:-1], "0"]) == 2       # --top 0 is the caller's mistake
-    assert "--top 0" in capsys.readouterr().err
+    assert "top=0: must be an integer >= 1" in capsys.readouterr().err
     assert main([*args, "--sample", "3"]) == 2  # training data is timed in full
     assert "--top with --sample" in capsys.readouterr().err
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from convsel import ConvProblem, choose, threads
-from convsel.policies import measured as policy
+from convsel.policies import device as policy_device
 from convsel.tuning import quality
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import decide, device_identity, measure
@@ -34,7 +34,7 @@ def t(median: float, env: dict[str, Any] | None = None, iqr: float = 0.0,
 @pytest.fixture(autouse=True)
 def _fresh_identity():
     yield
-    policy._cached_identity.cache_clear()
+    policy_device.cached_identity.cache_clear()
 
 
 def test_a_hogged_timing_names_the_load_and_widens_the_tie():

@@ -81,7 +81,8 @@ def test_export_import_moves_entries_and_newer_wins(db, tmp_path):
     other = TuningDB(tmp_path / "other.sqlite")
     other.record(entry(h=8, winner="direct", created=2000.0))  # newer than the export's
     result = other.import_json(doc)
-    assert result == {"imported": 1, "kept": 1, "rejected": []}
+    assert result == {"imported": 1, "kept": 1, "models_imported": 0, "models_kept": 0,
+                      "rejected": []}
     assert other.lookup(entry(h=8).problem, "numpy", DEVICE).winner == "direct"
     assert other.lookup(entry(h=9).problem, "numpy", OTHER_DEVICE) is not None
 
@@ -151,9 +152,9 @@ def test_a_path_that_cannot_be_created_is_reported(tmp_path):
 
 def _readonly_connect(real):
     def connect(target: str, timeout: float, *, uri: bool) -> sqlite3.Connection:
-        if not uri:  # a read-write open gets what SQLite gives for an unwritable file
-            target, uri = f"file:{os.path.abspath(target)}?mode=ro", True
-        return real(target, timeout, uri=uri)
+        # a read-write open gets what SQLite gives for an unwritable file
+        return real(target.replace("mode=rwc", "mode=ro").replace("mode=rw", "mode=ro"),
+                    timeout, uri=uri)
     return connect
 
 

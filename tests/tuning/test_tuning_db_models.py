@@ -109,10 +109,9 @@ def test_a_read_only_schema_1_file_still_reads(tmp_path, monkeypatch):
     _schema_1_file(path)
     real = sqlite_store._connect
 
-    def read_only(target, timeout, *, uri):
-        if not uri:
-            target, uri = f"{path.resolve().as_uri()}?mode=ro", True
-        return real(target, timeout, uri=uri)
+    def read_only(target, timeout, *, uri):   # what SQLite gives for an unwritable file
+        return real(target.replace("mode=rwc", "mode=ro").replace("mode=rw", "mode=ro"),
+                    timeout, uri=uri)
 
     monkeypatch.setattr(sqlite_store, "_connect", read_only)
     db = TuningDB(path)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from convsel import ConvProblem, InvalidProblemError, UnsupportedError, choose, select
-from convsel.policies import measured as policy
+from convsel.policies import device as policy_device
 from convsel.tuning import measure as measure_mod
 from convsel.tuning.db import TuningDB, TuningEntry
 from convsel.tuning.measure import (
@@ -46,7 +46,7 @@ def db(tmp_path):
 @pytest.fixture(autouse=True)
 def _fresh_identity():
     yield
-    policy._cached_identity.cache_clear()   # a test may have changed the BLAS environment
+    policy_device.cached_identity.cache_clear()   # a test may have changed the BLAS environment
 
 
 # -- decide ------------------------------------------------------------------------------------

@@ -102,10 +102,15 @@ def test_versions_keep_entries_and_models_apart(postgres_url, monkeypatch):
 def test_export_from_sqlite_and_import_into_postgres(tmp_path, postgres_url):
     lite = TuningDB(tmp_path / "tuning.sqlite")
     lite.record_many([entry(i, created=2000.0) for i in range(1, 6)])
+    model_key = {"backend": "numpy", "vendor": DEVICE["vendor"], "device": DEVICE["name"],
+                 "driver": DEVICE["driver"]}
+    lite.save_model(model_key, "roofline", {"coef": [1.0]}, {"id": "m"})
     pg = TuningDB(postgres_url)
     pg.record(entry(1, created=3000.0, winner="winograd"))   # newer than the export's
     result = pg.import_json(json.loads(json.dumps(lite.export_json())))
-    assert result == {"imported": 4, "kept": 1, "rejected": []}
+    assert result == {"imported": 4, "kept": 1, "models_imported": 1, "models_kept": 0,
+                      "rejected": []}
+    assert pg.load_model(model_key)["model"] == {"coef": [1.0]}   # models travel too
     assert pg.lookup(entry(1).problem, "numpy", DEVICE).winner == "winograd"
     assert {e.problem for e in pg.entries()} == {e.problem for e in lite.entries()}
     back = TuningDB(tmp_path / "back.sqlite")

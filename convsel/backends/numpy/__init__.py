@@ -46,14 +46,13 @@ def _cpu_model() -> str:
 
 
 def describe() -> dict[str, Any]:
-    """JSON-ready state for the service's /v1/backends: availability, the one CPU "device",
-    the algorithms this backend implements, and how many threads its FFT uses (the cores
-    this process may run on)."""
-    from .. import IMPLEMENTATIONS
+    """JSON-ready state for the service's /v1/backends: availability, the one CPU "device"
+    and how many threads its FFT uses (the cores this process may run on). Which algorithms
+    it implements is the backends table's to say (``convsel.backends.IMPLEMENTATIONS``; the
+    service lists them beside this): the package never imports the table that imports it."""
     from .common import WORKERS
 
     ready = available()
     return {"backend": "numpy", "available": ready.ok, "reason": ready.reason,
             "devices": [device_identity()],
-            "algorithms": sorted(a for (a, b) in IMPLEMENTATIONS if b == "numpy"),
             "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": WORKERS}}

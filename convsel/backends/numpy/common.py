@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ...algorithms.shared import ITEM as ITEM
+from ...algorithms.shared import WORKSPACE_CAP as WORKSPACE_CAP
 from ...errors import InvalidProblemError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed, passed
 
 F32 = np.float32
-ITEM = 4   # bytes of a float32: all workspaces hold float32
 
 # Value a fresh output buffer is filled with; None leaves it uninitialised (np.empty).
 # The correctness tests set NaN so that an element an algorithm forgets to write fails.
@@ -37,10 +38,9 @@ def _usable_cores() -> int:
 # of sixteen cores gets two, not sixteen threads fighting over two cores).
 WORKERS = _usable_cores()
 
-# Largest per-piece buffer (bytes) an algorithm allocates: a bigger problem is processed in
-# pieces (rows of output of one image) so that im2col of a 1080p 9x9 layer is not a 40 GiB
-# matrix. ResNet/MobileNet-sized layers fit in one piece, i.e. one GEMM.
-WORKSPACE_CAP = 64 << 20
+# WORKSPACE_CAP (the largest per-piece buffer an algorithm allocates) and ITEM (bytes of a
+# float32: all workspaces hold float32) live in convsel.algorithms.shared, with the pure
+# workspace estimates that depend on them; tests patch the name here.
 
 
 def pieces(n: int, rows: int, row_bytes: int, cap: int | None = None,

@@ -25,13 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from ...algorithms.direct import BAND_ELEMENTS
 from ...problem import ConvProblem
 from ...verdict import Verdict
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output, padded_bytes
 from .epilogue import finish
 from .profile import phase
-
-BAND_ELEMENTS = 1 << 16   # floats in one band's product buffer (256 KiB: stays in L2)
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.fft
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ...algorithms.fft import MIN_FFT
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
 from .common import (
@@ -34,7 +35,6 @@ from .common import (
 from .epilogue import finish
 from .profile import phase
 
-MIN_FFT = 16                  # smallest block side worth an FFT
 MAX_SPECTRUM_BYTES = 1 << 30  # the filter spectrum (complex64) must fit this
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ...algorithms.im2col_gemm import PLANAR_MAX_C
 from ...problem import ConvProblem
 from ...verdict import Verdict
 from .common import (
@@ -43,8 +44,6 @@ from .common import (
 )
 from .epilogue import finish
 from .profile import phase
-
-PLANAR_MAX_C = 8   # fewer input channels than this: the planar layout (its runs are OW long)
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:

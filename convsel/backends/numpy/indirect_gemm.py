@@ -16,15 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ...algorithms.indirect_gemm import BLOCK_ELEMENTS, MIN_BLOCK_ROWS
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
 from .blas import gemm_bias
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import finish
 from .profile import phase
-
-BLOCK_ELEMENTS = 1 << 20   # floats in one gathered block (4 MiB): rows of the GEMM per call
-MIN_BLOCK_ROWS = 256       # fewer rows than this and BLAS efficiency drops
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> Verdict:

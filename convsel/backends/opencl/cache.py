@@ -21,7 +21,7 @@ from ...errors import InvalidProblemError
 
 T = TypeVar("T")
 
-CAPACITY_ENV = "CONVSEL_CL_CACHE_CAPACITY"
+CAPACITY_ENV = config.variable("cl_cache_capacity")
 DEFAULT_CAPACITY = 256
 
 

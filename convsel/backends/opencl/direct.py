@@ -10,13 +10,12 @@ import numpy as np
 from ...problem import ConvProblem
 from ...verdict import Verdict
 from . import program as prog
+from .launch import Step, bind
 from .prepared import (
     NUMPY_DTYPES,
     OpenCLKernel,
-    Step,
     bias_buffer,
     bias_options,
-    bind,
     check_plan,
     io_plan,
     plan_verdict,

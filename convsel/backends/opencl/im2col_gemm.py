@@ -12,14 +12,13 @@ from ...problem import ConvProblem
 from ...verdict import Verdict
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
+from .launch import Step, bind
 from .prepared import (
     NUMPY_DTYPES,
     BufferPlan,
     OpenCLKernel,
-    Step,
     bias_buffer,
     bias_options,
-    bind,
     check_plan,
     io_plan,
     plan_verdict,

@@ -15,19 +15,19 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from ...algorithms.constraints import tile_problem
+from ...algorithms.implicit_gemm import tile_problem
+from ...algorithms.shared import MAX_SPLITS
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
 from . import program as prog
+from .launch import Step, bind
 from .prepared import (
     NUMPY_DTYPES,
     BufferPlan,
     OpenCLKernel,
-    Step,
     bias_buffer,
     bias_options,
-    bind,
     check_plan,
     io_plan,
     plan_verdict,
@@ -98,9 +98,6 @@ def default_splits(runtime: Runtime, m: int, n: int, tile: Tile, slices: int,
     groups = -(-m // tile[0]) * -(-n // tile[1])
     want = 2 * int(runtime.device.max_compute_units)
     return max(1, min(want // groups, slices // 8, MAX_SPLITS))
-
-
-MAX_SPLITS = 16
 
 
 @dataclass(frozen=True)

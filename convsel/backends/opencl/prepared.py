@@ -1,39 +1,30 @@
 """What every OpenCL algorithm shares: buffer planning and checks, and the prepared kernel.
 
 An algorithm module plans its buffers (checked against the device's limits before anything
-is allocated or launched), builds its programs, binds arguments once, and hands back an
-:class:`OpenCLKernel`: ``run(x)`` uploads a numpy x, launches the steps and reads y back;
-``run_device(x)`` runs on ``pyopencl.array.Array`` s without touching the host or blocking.
+is allocated or launched), builds its programs, binds arguments once (:func:`.launch.bind`),
+and hands back an :class:`OpenCLKernel`: ``run(x)`` uploads a numpy x, launches the steps and
+reads y back; ``run_device(x)`` runs on ``pyopencl.array.Array`` s without touching the host
+or blocking. The kernel's two halves live beside it: launching (:mod:`.launch`) and the
+caller's device arrays (:mod:`.device_arrays`).
 """
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import pyopencl as cl
 
-from ...errors import InvalidProblemError, KernelBuildError, UnsupportedError
+from ...errors import InvalidProblemError, UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed, passed
-from .runtime import KernelLaunchError, Runtime
+from .device_arrays import DeviceArrays
+from .launch import Launcher, Step
+from .runtime import Runtime
 
 NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16}
-
-
-@dataclass
-class Step:
-    """One launch: a kernel with its arguments bound, its global size and tuner id."""
-
-    name: str
-    kernel: cl.Kernel
-    gws: tuple[int, int, int]
-    config_id: str
 
 
 @dataclass
@@ -83,44 +74,21 @@ def bias_options(bias: np.ndarray | None) -> list[str]:
     return ["-DHAS_BIAS"] if bias is not None else []
 
 
-def bind(program: cl.Program, name: str, args: Sequence[Any]) -> cl.Kernel:
-    """A fresh kernel object (each prepared conv owns its arguments) with ``args`` bound;
-    Python ints become cl_int."""
-    try:
-        kernel = cl.Kernel(program, name)
-        values = [np.int32(a) if isinstance(a, (int, np.integer)) else a for a in args]
-        kernel.set_args(*values)
-        # Kept so a device-resident run can bind the caller's buffers in place of x and y.
-        setattr(kernel, "bound_args", tuple(values))  # noqa: B010 - not a declared attribute
-    except cl.Error as exc:   # a program that built but holds no usable kernel of that name
-        raise KernelBuildError(f"kernel {name} cannot be created from its built program",
-                               log=str(exc)) from exc
-    return kernel
-
-
 # Tests set this to NaN: the output buffer (the kernel's own, or the caller's on the device
 # path) is then filled with it before every run, so an element a kernel never writes shows up
 # instead of a stale value from the previous run.
 OUTPUT_FILL: float | None = None
 
 
-def _padded(gws: tuple[int, int, int], lws: tuple[int, int, int] | None) -> tuple[int, ...]:
-    # Kernels bound-check their ids; OpenCL 1.2 needs the global size a multiple of the local.
-    return gws if lws is None else tuple(math.ceil(g / s) * s for g, s in zip(gws, lws))
-
-
-def _out_of_order(queue: cl.CommandQueue) -> bool:
-    return bool(queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
-
-
 class OpenCLKernel:
     """A convolution prepared on one device: ``run(x_nhwc) -> y_nhwc`` on host arrays, and
     :meth:`run_device` on ``pyopencl.array.Array`` s that stay on the device.
 
-    Weights and workspace live on the device for the kernel's lifetime. A device run binds
-    the caller's buffers as the kernels' input and output (under the lock, restored after
-    enqueueing: OpenCL latches argument values at enqueue), so in-flight runs share no
-    input or output buffer; they do share the workspace, so a run waits for the previous
+    Two parts: a :class:`~.launch.Launcher` enqueues the steps (binding the caller's buffers
+    as the kernels' input and output, ordering runs that share the workspace) and a
+    :class:`~.device_arrays.DeviceArrays` checks what a device-resident caller hands in.
+    Weights and workspace live on the device for the kernel's lifetime. In-flight runs share
+    no input or output buffer; they do share the workspace, so a run waits for the previous
     run's last event whenever the queue alone would not order them (another queue, or an
     out-of-order one).
 
@@ -134,20 +102,29 @@ class OpenCLKernel:
                  keep: Sequence[cl.Buffer] = ()) -> None:
         self.runtime = runtime
         self.problem = problem
-        self.steps = steps
         self.workspace_bytes = int(workspace_bytes)
-        self.last_events: list[tuple[str, cl.Event]] = []
-        self._x, self._y = x_buf, y_buf
         self._keep = list(keep)          # weights, workspace: alive as long as the kernel
         self._dtype = NUMPY_DTYPES[problem.dtype]
-        p = problem
+        p, itemsize = problem, np.dtype(self._dtype).itemsize
         self._in_shape = (p.n, p.h, p.w, p.c)
         self._out_shape = (p.n, p.out_h, p.out_w, p.k)
-        self._out_bytes = int(np.prod(self._out_shape)) * np.dtype(self._dtype).itemsize
-        self._in_bytes = int(np.prod(self._in_shape)) * np.dtype(self._dtype).itemsize
-        self._lock = threading.Lock()
-        self._last: tuple[cl.Event, cl.CommandQueue] | None = None
+        self.launcher = Launcher(runtime, steps, x_buf, y_buf,
+                                 int(np.prod(self._in_shape)) * itemsize,
+                                 int(np.prod(self._out_shape)) * itemsize, self._dtype)
+        self.arrays = DeviceArrays(problem, runtime, self._dtype)
         self._layout_kernel: Any = None      # made at the first NCHW device-resident run
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.launcher.steps
+
+    @steps.setter
+    def steps(self, steps: list[Step]) -> None:
+        self.launcher.steps = steps
+
+    @property
+    def last_events(self) -> list[tuple[str, cl.Event]]:
+        return self.launcher.last_events
 
     @property
     def queue(self) -> cl.CommandQueue:
@@ -166,13 +143,13 @@ class OpenCLKernel:
             raise InvalidProblemError("x", x.shape, f"expected NHWC shape {self._in_shape}")
         x = np.ascontiguousarray(x, dtype=self._dtype)
         y = np.empty(self._out_shape, dtype=self._dtype)
-        q = self._queue(queue)
-        with self._lock:
-            with self._launch_errors(q):
-                upload = cl.enqueue_copy(q, self._x, x, is_blocking=False,
-                                         wait_for=self._waits(q, wait_for))
-                done = self._enqueue(q, self._x, self._y, [upload])
-                cl.enqueue_copy(q, y, self._y, is_blocking=True, wait_for=[done])
+        q = self.arrays.queue(queue)
+        go = self.launcher
+        with go.lock, go.errors(q):
+            upload = cl.enqueue_copy(q, go.x_buf, x, is_blocking=False,
+                                     wait_for=go.waits(q, wait_for))
+            done = go.enqueue(q, go.x_buf, go.y_buf, [upload], OUTPUT_FILL)
+            cl.enqueue_copy(q, y, go.y_buf, is_blocking=True, wait_for=[done])
         return y
 
     # -- device arrays ------------------------------------------------------------------
@@ -188,24 +165,22 @@ class OpenCLKernel:
         its last event is added to the output's events. An NCHW problem's arrays are NCHW:
         they are transposed to and from NHWC scratch arrays on the device around the run.
         """
-        nchw = self.problem.layout == "NCHW"
-        x_arr = self._device_array("x", x, self._nchw(self._in_shape) if nchw else
-                                   self._in_shape, shape)
-        q = self._queue(queue if queue is not None else x_arr.queue)
-        y_arr = self._output_array(out, x_arr, q, self._nchw(self._out_shape) if nchw else
-                                   self._out_shape)
+        x_arr = self.arrays.input(x, shape)
+        q = self.arrays.queue(queue if queue is not None else x_arr.queue)
+        y_arr = self.arrays.output(out, x_arr, q)
         waits = [*(wait_for or ()), *x_arr.events, *y_arr.events]
-        if not nchw:
+        if self.problem.layout != "NCHW":
             return self._run_nhwc(x_arr, y_arr, q, waits)
         return self._run_nchw(x_arr, y_arr, q, waits)
 
     def _run_nhwc(self, x_arr: Any, y_arr: Any, q: cl.CommandQueue,
                   waits: list[cl.Event]) -> Any:
-        with self._lock:
-            with self._launch_errors(q):
-                done = self._enqueue(q, cast(cl.Buffer, x_arr.base_data),
-                                     cast(cl.Buffer, y_arr.base_data), self._waits(q, waits))
-                q.flush()      # start the device now, as ACL's scheduler does by default
+        go = self.launcher
+        with go.lock, go.errors(q):
+            done = go.enqueue(q, cast(cl.Buffer, x_arr.base_data),
+                              cast(cl.Buffer, y_arr.base_data), go.waits(q, waits),
+                              OUTPUT_FILL)
+            q.flush()      # start the device now, as ACL's scheduler does by default
         y_arr.add_event(done)
         return y_arr
 
@@ -217,17 +192,16 @@ class OpenCLKernel:
         fresh NHWC pair per run measured slower than both transposes on the H100."""
         (n, h, w, c), k = self._in_shape, self._out_shape[3]
         plane_out = self._out_shape[1] * self._out_shape[2]
-        with self._lock:
-            with self._launch_errors(q):
-                x_nhwc, y_nhwc = self._x, self._y
-                swap = self._transposer()
-                into = swap.enqueue(q, cast(cl.Buffer, x_arr.base_data), x_nhwc, n, c, h * w,
-                                    self._waits(q, waits))
-                conv = self._enqueue(q, x_nhwc, y_nhwc, [into])
-                done = swap.enqueue(q, y_nhwc, cast(cl.Buffer, y_arr.base_data), n,
-                                    plane_out, k, [conv])
-                self._last = (done, q)
-                q.flush()
+        go = self.launcher
+        with go.lock, go.errors(q):
+            swap = self._transposer()
+            into = swap.enqueue(q, cast(cl.Buffer, x_arr.base_data), go.x_buf, n, c, h * w,
+                                go.waits(q, waits))
+            conv = go.enqueue(q, go.x_buf, go.y_buf, [into], OUTPUT_FILL)
+            done = swap.enqueue(q, go.y_buf, cast(cl.Buffer, y_arr.base_data), n,
+                                plane_out, k, [conv])
+            go.finished_at(done, q)
+            q.flush()
         y_arr.add_event(done)
         return y_arr
 
@@ -239,176 +213,7 @@ class OpenCLKernel:
             self._layout_kernel = Transposer(self.runtime, np.dtype(self._dtype).itemsize)
         return self._layout_kernel
 
-    @staticmethod
-    def _nchw(nhwc: tuple[int, ...]) -> tuple[int, ...]:
-        n, h, w, c = nhwc
-        return (n, c, h, w)
-
-    def _output_array(self, out: Any, x_arr: Any, q: cl.CommandQueue,
-                      expected: tuple[int, ...]) -> Any:
-        import pyopencl.array as cl_array
-
-        if out is None:
-            return cl_array.empty(q, expected, self._dtype)
-        if isinstance(out, cl.Buffer):
-            raise InvalidProblemError("out", "cl.Buffer", "out must be a pyopencl.array.Array: "
-                                      "wrap the buffer as pyopencl.array.Array(queue, shape, "
-                                      "dtype, data=buffer)")
-        y_arr = self._device_array("out", out, expected, None)
-        if y_arr.base_data.int_ptr == x_arr.base_data.int_ptr:
-            raise InvalidProblemError("out", "the buffer of x", "the output must not "
-                                      "share memory with the input")
-        return y_arr
-
-    def _device_array(self, name: str, value: Any, expected: tuple[int, ...],
-                      shape: Sequence[int] | None) -> Any:
-        """``value`` as a C-contiguous Array on this context with ``expected`` shape and the
-        problem's dtype, else an InvalidProblemError naming ``name``."""
-        import pyopencl.array as cl_array
-
-        layout = self.problem.layout
-        if isinstance(value, cl.Buffer):
-            if shape is None:
-                raise InvalidProblemError("shape", None, f"a cl.Buffer {name} needs shape= "
-                                          f"({layout} {expected})")
-            if tuple(shape) != expected:
-                raise InvalidProblemError("shape", tuple(shape), f"expected {layout} shape "
-                                          f"{expected} for {name}")
-            nbytes = int(np.prod(expected)) * np.dtype(self._dtype).itemsize
-            if value.size < nbytes:
-                raise InvalidProblemError(name, f"{value.size} bytes", f"the buffer must "
-                                          f"hold {nbytes} bytes ({expected} {self.problem.dtype})")
-            self._check_context(name, value.context)
-            return cl_array.Array(value.context, expected, self._dtype, data=value)
-        if not isinstance(value, cl_array.Array):
-            raise InvalidProblemError(name, type(value).__name__, "expected a "
-                                      "pyopencl.array.Array or a cl.Buffer with shape=")
-        self._check_context(name, cast(cl.Context, value.context))
-        if value.shape != expected:
-            raise InvalidProblemError(name, value.shape, f"expected {layout} shape {expected}")
-        if value.dtype != self._dtype:
-            raise InvalidProblemError(name, str(value.dtype), f"device arrays must be "
-                                      f"{np.dtype(self._dtype).name} for this "
-                                      f"{self.problem.dtype} problem (no conversion on the "
-                                      "device)")
-        if value.offset or not value.flags.c_contiguous:
-            raise InvalidProblemError(name, f"offset {value.offset}, strides {value.strides}",
-                                      "device arrays must be C-contiguous and start at "
-                                      "their buffer's beginning")
-        return value
-
-    def _check_context(self, name: str, context: cl.Context) -> None:
-        if context != self.runtime.context:
-            raise InvalidProblemError(name, "another OpenCL context", "device arrays must "
-                                      "live on the prepared convolution's context: make them "
-                                      "with its queue (op.queue)")
-
-    def _queue(self, queue: cl.CommandQueue | None) -> cl.CommandQueue:
-        if queue is None:
-            return self.runtime.queue
-        if queue.context != self.runtime.context:
-            raise InvalidProblemError("queue", "another OpenCL context", "the queue must "
-                                      "belong to the prepared convolution's context")
-        return queue
-
-    # -- launching ----------------------------------------------------------------------
-    def _waits(self, queue: cl.CommandQueue, waits: Sequence[cl.Event] | None,
-               ) -> list[cl.Event]:
-        """``waits`` plus the previous run's last event where ``queue`` would not order the
-        two runs' uses of the shared workspace."""
-        out = list(waits or ())
-        if self._last is not None:
-            event, last_queue = self._last
-            if last_queue != queue or _out_of_order(queue):
-                out.append(event)
-        return out
-
-    def _enqueue(self, queue: cl.CommandQueue, x_buf: cl.Buffer, y_buf: cl.Buffer,
-                 waits: list[cl.Event]) -> cl.Event:
-        """Enqueue the steps reading ``x_buf`` and writing ``y_buf``; their last event.
-        Called with the lock held."""
-        ooo = _out_of_order(queue)
-        # Local sizes first, with the kernel's own buffers bound: a tuning run may launch.
-        sizes = [self._local_size(step) for step in self.steps]
-        io = self._io_arguments()
-        direct = io is not None or (x_buf is self._x and y_buf is self._y)
-        events: list[tuple[str, cl.Event]] = []
-        if not direct:     # a step not made by bind(): go through the kernel's own buffers
-            waits = [cl.enqueue_copy(queue, self._x, x_buf, byte_count=self._in_bytes,
-                                     wait_for=waits or None)]
-            events.append(("copy_in", waits[0]))    # part of this run's device time
-            x_run, y_run = self._x, self._y
-        else:
-            x_run, y_run = x_buf, y_buf
-        self._bind(io, x_run, y_run)
-        try:
-            last = None
-            if OUTPUT_FILL is not None:
-                pattern = np.array([OUTPUT_FILL], dtype=self._dtype)
-                last = cl.enqueue_fill_buffer(queue, y_run, pattern, 0, self._out_bytes,
-                                              wait_for=waits or None)
-                waits = [last] if ooo else []
-            for step, lws in zip(self.steps, sizes):
-                last = cl.enqueue_nd_range_kernel(queue, step.kernel, _padded(step.gws, lws),
-                                                  lws, wait_for=waits or None)
-                events.append((step.name, last))
-                waits = [last] if ooo else []
-        finally:
-            self._bind(io, self._x, self._y)
-        if last is None:
-            last = cl.enqueue_marker(queue, wait_for=waits or None)
-        if not direct:
-            last = cl.enqueue_copy(queue, y_buf, self._y, byte_count=self._out_bytes,
-                                   wait_for=[last])
-            events.append(("copy_out", last))
-        self.last_events = events
-        self._last = (last, queue)
-        return last
-
-    def _local_size(self, step: Step) -> tuple[int, int, int] | None:
-        # a kernel compiled for a fixed work-group size (its local-memory tiles assume it)
-        # launches at that size; otherwise the tuner's choice, if any
-        rt = self.runtime
-        fixed = rt.required_local_size(step.kernel)
-        if fixed is not None:
-            return fixed
-        return rt.tuner.local_size(rt, step.kernel, step.gws, step.config_id) \
-            if step.config_id else None
-
-    def _io_arguments(self) -> list[tuple[cl.Kernel, int, str]] | None:
-        """(kernel, argument index, "x" or "y") of every binding of the kernel's own input
-        and output buffers, or None when a step's arguments are unknown (not from bind())."""
-        found = []
-        for step in self.steps:
-            args = getattr(step.kernel, "bound_args", None)
-            if args is None:
-                return None
-            found += [(step.kernel, i, "x" if a is self._x else "y")
-                      for i, a in enumerate(args) if a is self._x or a is self._y]
-        if self.steps and {which for _, _, which in found} != {"x", "y"}:
-            return None       # x or y reaches the kernels some other way (a sub-buffer)
-        return found
-
-    @staticmethod
-    def _bind(io: list[tuple[cl.Kernel, int, str]] | None, x_buf: cl.Buffer,
-              y_buf: cl.Buffer) -> None:
-        for kernel, index, which in io or ():
-            kernel.set_arg(index, x_buf if which == "x" else y_buf)
-
-    @contextmanager
-    def _launch_errors(self, queue: cl.CommandQueue) -> Iterator[None]:
-        rt = self.runtime
-        try:
-            yield
-        except cl.Error as exc:
-            self._last = None
-            reset = queue == rt.queue
-            if reset:         # the caller's own queue is the caller's to recover
-                rt.recover()
-            raise KernelLaunchError(f"OpenCL launch failed on {rt.identity['name']} "
-                                    f"({', '.join(s.name for s in self.steps)}): {exc}"
-                                    + ("; the queue was reset" if reset else "")) from exc
-
+    # -- timing -------------------------------------------------------------------------
     def device_timer(self, x: np.ndarray) -> Callable[[], float]:
         """A run on device-resident copies of ``x`` and the output that returns its device
         time in seconds: from the first step's start to the last step's end, by the
@@ -416,7 +221,7 @@ class OpenCLKernel:
         transfers do not). For tuning: every candidate moves the same bytes in and out."""
         import pyopencl.array as cl_array
 
-        with self._launch_errors(self.queue):
+        with self.launcher.errors(self.queue):
             x_dev = cl_array.to_device(self.queue, np.ascontiguousarray(x, dtype=self._dtype))
             y_dev = cl_array.empty(self.queue, self._out_shape, self._dtype)
 
@@ -428,17 +233,9 @@ class OpenCLKernel:
     def span_ns(self) -> int:
         """Device time of the latest run from its first step's start to its last step's end
         (ns); waits for the run to finish."""
-        events = [e for _, e in self.last_events]
-        if not events:
-            return 0
-        cl.wait_for_events(events)
-        return int(max(e.profile.end for e in events) - min(e.profile.start for e in events))
+        return self.launcher.span_ns()
 
     def kernel_ns(self) -> int:
         """Total device time of the latest run's steps (and of the copies a run through the
-        kernel's own buffers needs), from their profiling events (ns); waits for the run to
-        finish."""
-        events = [e for _, e in self.last_events]
-        if events:
-            cl.wait_for_events(events)
-        return int(sum(e.profile.end - e.profile.start for e in events))
+        kernel's own buffers needs), from their profiling events (ns); waits for the run."""
+        return self.launcher.kernel_ns()

@@ -28,7 +28,7 @@ ACTIVATION_IDS: dict[str, int] = {
     "logistic": 6, "tanh": 7, "elu": 8, "swish": 9, "hard_swish": 10, "abs": 11}
 assert set(ACTIVATION_IDS) == set(KINDS), "every activation kind needs a kernel id"
 
-HALF_ENV = "CONVSEL_CL_HALF"     # "auto" (default) or "storage": never native half arithmetic
+HALF_ENV = config.variable("cl_half")  # "auto" (default) or "storage": never native half maths
 _EPILOGUE_OPTIONS = ("-DACT", "-DHAS_BIAS")
 
 

@@ -13,7 +13,7 @@ import math
 import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -27,12 +27,10 @@ from ...errors import (
     UnsupportedError,
 )
 from .cache import RuntimeCache, capacity_from_env, program_key
+from .tuner import CLTuner, default_tuner
 
-if TYPE_CHECKING:
-    from .tuner import CLTuner
-
-DEVICE_ENV = "CONVSEL_OPENCL_DEVICE"
-STANDARD_ENV = "PYOPENCL_CTX"
+DEVICE_ENV = config.variable("opencl_device")
+STANDARD_ENV = config.variable("pyopencl_ctx")
 INDEX_LIMIT = 2**31 - 1   # kernels index with 32-bit ints
 
 _TYPE_NAMES = ((cl.device_type.GPU, "GPU"), (cl.device_type.CPU, "CPU"),
@@ -135,16 +133,22 @@ def device_tag(device: cl.Device) -> str:
 
 
 class Runtime:
-    """Context, profiling queue and limits of one device; programs built through the cache."""
+    """Context, profiling queue and limits of one device; programs built through the cache.
 
-    def __init__(self, device: cl.Device, cache: RuntimeCache, tuner: CLTuner) -> None:
+    The tuner is handed the runtime at each launch (the tuner never imports the runtime). A
+    runtime given no tuner of its own follows the process-wide one, so ``tuner.configure``
+    reaches runtimes that already exist.
+    """
+
+    def __init__(self, device: cl.Device, cache: RuntimeCache,
+                 tuner: CLTuner | None = None) -> None:
         self.device = device
         self.context = cl.Context([device])
         self.queue = self._new_queue()
         self.identity = identity_of(device)
         self.tag = device_tag(device)
         self.cache = cache
-        self.tuner = tuner
+        self._tuner = tuner
         self.max_alloc = int(device.max_mem_alloc_size)
         self.global_mem = int(device.global_mem_size)
         self.max_work_group = int(device.max_work_group_size)
@@ -152,6 +156,11 @@ class Runtime:
         self.fp16 = "cl_khr_fp16" in device.extensions.split()
         self.recoveries = 0
         self._lock = threading.Lock()
+
+    @property
+    def tuner(self) -> CLTuner:
+        """The tuner handed to this runtime, else the process-wide one."""
+        return self._tuner if self._tuner is not None else default_tuner()
 
     def _new_queue(self) -> cl.CommandQueue:
         # Profiling on: the tuner and the benchmark time kernels by their events.
@@ -272,16 +281,14 @@ def program_cache() -> RuntimeCache:
 
 
 def get_runtime(device: Any = None) -> Runtime:
-    """The (shared, created once) runtime of the device ``device`` names."""
-    from .tuner import default_tuner
-
+    """The (shared, created once) runtime of the device ``device`` names; it follows the
+    process-wide tuner."""
     chosen = choose_device(device)
     cache = program_cache()
-    tuner = default_tuner()
     with _LOCK:
         key = int(chosen.int_ptr)
         if key not in _RUNTIMES:
-            _RUNTIMES[key] = Runtime(chosen, cache, tuner)
+            _RUNTIMES[key] = Runtime(chosen, cache)
         return _RUNTIMES[key]
 
 

@@ -21,23 +21,33 @@ import threading
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyopencl as cl
 
 from ... import config
 from ...errors import InvalidProblemError
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
-
 MODES = ("exhaustive", "normal", "rapid")
-MODE_ENV = "CONVSEL_CL_TUNER"
-FILE_ENV = "CONVSEL_CL_TUNER_FILE"
+MODE_ENV = config.variable("cl_tuner")
+FILE_ENV = config.variable("cl_tuner_file")
 CAPS = (64, 32, 32)          # ACL's per-axis caps on x, y, z
 Lws = tuple[int, int, int]
 NO_LWS: Lws = (0, 0, 0)      # the driver's default (NullRange)
 REPEATS = 2                  # timings per candidate; the minimum is kept
+
+
+class RuntimeView(Protocol):
+    """What the tuner needs of the runtime it is handed: the device tag of its keys, the
+    limits of its candidates and a way to launch. The tuner never imports the runtime (the
+    runtime imports the tuner), so this protocol, not the class, is its type."""
+
+    tag: str
+    max_work_items: tuple[int, ...]
+
+    def launch(self, kernel: cl.Kernel, gws: Lws, lws: Lws | None) -> cl.Event: ...
+
+    def kernel_max_work_group(self, kernel: cl.Kernel) -> int: ...
 
 
 class TuningFileWarning(UserWarning):
@@ -197,10 +207,10 @@ class CLTuner:
             handle.write(format_tuning_file(self.table))
         os.replace(tmp, self.path)
 
-    def key(self, runtime: Runtime, config_id: str) -> str:
+    def key(self, runtime: RuntimeView, config_id: str) -> str:
         return f"{config_id}_{runtime.tag}"
 
-    def local_size(self, runtime: Runtime, kernel: cl.Kernel, gws: Lws,
+    def local_size(self, runtime: RuntimeView, kernel: cl.Kernel, gws: Lws,
                    config_id: str) -> Lws | None:
         """The local size to launch with; None means the driver's default."""
         if not self.active:
@@ -218,7 +228,7 @@ class CLTuner:
                 self.save()
         return None if known == NO_LWS else known
 
-    def tune(self, runtime: Runtime, kernel: cl.Kernel, gws: Lws) -> Lws:
+    def tune(self, runtime: RuntimeView, kernel: cl.Kernel, gws: Lws) -> Lws:
         """The fastest local size for ``kernel`` (arguments already set) over ``gws``."""
         assert self.mode is not None
         best, best_ns = NO_LWS, _time(runtime, kernel, gws, None)
@@ -237,7 +247,7 @@ class CLTuner:
                 "entries": len(self.table), "tuned": self.tuned}
 
 
-def _time(runtime: Runtime, kernel: cl.Kernel, gws: Lws, lws: Lws | None) -> int:
+def _time(runtime: RuntimeView, kernel: cl.Kernel, gws: Lws, lws: Lws | None) -> int:
     """Kernel time in ns by profiling events, the minimum of REPEATS runs (the first run of
     a new local size may include the driver's code generation)."""
     times = []
@@ -271,14 +281,11 @@ def default_tuner() -> CLTuner:
 
 
 def configure(mode: str | None, path: str | os.PathLike[str] | None) -> CLTuner:
-    """Replace the process-wide tuner (the runtimes created from now on, and existing ones,
-    use the new one). Used by ``convsel tune-cl`` and tests."""
+    """Replace the process-wide tuner: every runtime not handed a tuner of its own, existing
+    ones included, uses it from now on (they ask :func:`default_tuner` at each launch).
+    Used by ``convsel tune-cl`` and tests."""
     global _DEFAULT
-    from .runtime import runtimes
-
     tuner = CLTuner(mode, path)
     with _DEFAULT_LOCK:
         _DEFAULT = tuner
-    for runtime in runtimes():
-        runtime.tuner = tuner
     return tuner

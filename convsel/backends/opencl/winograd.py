@@ -17,14 +17,13 @@ from ...verdict import Verdict
 from ...winograd_transforms import tile_verdict, winograd_matrices_2d
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
+from .launch import Step, bind
 from .prepared import (
     NUMPY_DTYPES,
     BufferPlan,
     OpenCLKernel,
-    Step,
     bias_buffer,
     bias_options,
-    bind,
     check_plan,
     io_plan,
     plan_verdict,

@@ -29,12 +29,20 @@ class Engine(Protocol):
 
     name: str
     location: str
-    writable: bool
     read_only_reason: str
     schema_version: int
+
+    @property
+    def writable(self) -> bool: ...
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     def transaction(self) -> AbstractContextManager[Transaction]: ...
+
+    def refresh(self) -> None:
+        """Look again at a store that was found read-only (it may be writable again)."""
+
+    def check_intact(self) -> None:
+        """Raise TuningDatabaseError when the store's own check finds it damaged."""
 
     def close(self) -> None: ...

@@ -177,6 +177,12 @@ class PostgresEngine:
                 raise
             _commit(tx)
 
+    def refresh(self) -> None:
+        """Nothing to look at again: the server says per statement what may be written."""
+
+    def check_intact(self) -> None:
+        """The server keeps its own pages consistent (checksums, WAL replay)."""
+
     def close(self) -> None:
         self._finalizer()
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ... import config
 from ...errors import TuningDatabaseError
 
 SCHEMA_VERSION = 2
 APPLICATION = "convsel-tuning"
-ENV_VAR = "CONVSEL_TUNING_DB"
+ENV_VAR = config.variable("tuning_db")
 
 FLOAT = {"sqlite": "REAL", "postgresql": "DOUBLE PRECISION"}
 

@@ -3,19 +3,22 @@ workspace claims, and the errors for what cannot or must not run."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+from algorithm_cases import RULES, accepts, first_supported, implemented_on
 from layer_cases import raw_layers
-from tolerances import tolerance
+from tolerances import assert_within_tolerance
 
+from convsel import algorithms
 from convsel.activation import KINDS
 from convsel.api import conv2d, prepare
 from convsel.backends.numpy import common as numpy_common
 from convsel.errors import InvalidProblemError, UnsupportedError
 from convsel.problem import ConvProblem
-from convsel.reference import conv2d_reference
 
-ALGORITHMS = ["direct", "im2col_gemm", "indirect_gemm", "winograd", "fft"]
+ALGORITHMS = implemented_on("numpy")
 
 
 @pytest.fixture(autouse=True)
@@ -29,55 +32,77 @@ def _data(shape_x, shape_w, seed=0, dtype=np.float32):
             rng.standard_normal(shape_w[0]).astype(dtype))
 
 
-def _close(y, ref, algorithm="im2col_gemm", dtype="F32"):
-    scale = max(1.0, float(np.abs(ref).max()))
-    assert np.abs(y.astype(np.float64) - ref).max() <= 20 * tolerance(algorithm, dtype) * scale
+def _geometry(p: ConvProblem) -> dict:
+    """conv2d()'s keyword arguments for ``p``'s geometry."""
+    return {"stride": p.stride, "pad": p.pad, "dilation": p.dilation}
+
+
+# Each algorithm runs the first of these its constraint accepts.
+CASES = (ConvProblem(2, 9, 8, 5, 6, 3, 3, pad=(1, 1, 0, 2)),
+         ConvProblem(2, 9, 8, 5, 6, 1, 1, stride=(1, 2)))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("weights_layout", ["OHWI", "HWIO", "OIHW"])
 def test_weights_layouts_agree(algorithm: str, weights_layout: str) -> None:
-    x, w, b = _data((2, 9, 8, 5), (6, 3, 3, 5))
-    p = ConvProblem(2, 9, 8, 5, 6, 3, 3, pad=(1, 1, 0, 2))
+    p = first_supported(algorithm, CASES)
+    x, w, b = _data(p.input_shape, p.weights_shape)
     order = {"OHWI": (0, 1, 2, 3), "HWIO": (1, 2, 3, 0), "OIHW": (0, 3, 1, 2)}[weights_layout]
-    y = conv2d(x, np.transpose(w, order), b, pad=(1, 1, 0, 2), weights_layout=weights_layout,
-               algorithm=algorithm)
-    _close(y, conv2d_reference(p, x, w, b), algorithm)
+    y = conv2d(x, np.transpose(w, order), b, weights_layout=weights_layout, algorithm=algorithm,
+               **_geometry(p))
+    assert_within_tolerance(p, x, w, b, y, algorithm)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_nchw_in_nchw_out(algorithm: str) -> None:
-    x, w, b = _data((2, 9, 8, 5), (6, 3, 3, 5))
-    p = ConvProblem(2, 9, 8, 5, 6, 3, 3, pad=1)
-    y = conv2d(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), w, b, pad=1, layout="NCHW",
-               algorithm=algorithm)
-    assert y.shape == (2, 6, 9, 8)
-    _close(y.transpose(0, 2, 3, 1), conv2d_reference(p, x, w, b), algorithm)
+    p = first_supported(algorithm, CASES)
+    x, w, b = _data(p.input_shape, p.weights_shape)
+    y = conv2d(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), w, b, layout="NCHW",
+               algorithm=algorithm, **_geometry(p))
+    assert y.shape == (p.n, p.k, p.out_h, p.out_w)
+    assert_within_tolerance(p, x, w, b, np.ascontiguousarray(y.transpose(0, 2, 3, 1)), algorithm)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_fused_activation(kind: str) -> None:
-    x, w, b = _data((1, 7, 7, 4), (5, 3, 3, 4), seed=3)
-    p = ConvProblem(1, 7, 7, 4, 5, 3, 3, pad=1, activation=kind)
     for algorithm in ALGORITHMS:
-        _close(conv2d(x, w, b, pad=1, activation=kind, algorithm=algorithm),
-               conv2d_reference(p, x, w, b), algorithm)
+        p = first_supported(algorithm, (ConvProblem(1, 7, 7, 4, 5, 3, 3, pad=1),
+                                        ConvProblem(1, 7, 7, 4, 5, 1, 1)))
+        p = p.replace(activation=kind)
+        x, w, b = _data(p.input_shape, p.weights_shape, seed=3)
+        y = conv2d(x, w, b, activation=kind, algorithm=algorithm, **_geometry(p))
+        assert_within_tolerance(p, x, w, b, y, algorithm)
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "im2col_gemm"])
-@pytest.mark.parametrize("groups,k", [(6, 6), (6, 12), (3, 9)])
+GROUPED = [(6, 6), (6, 12), (3, 9)]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("groups,k", GROUPED)
 def test_groups_inferred_from_weights(algorithm: str, groups: int, k: int) -> None:
-    x, w, b = _data((2, 10, 11, 6), (k, 3, 3, 6 // groups))
     p = ConvProblem(2, 10, 11, 6, k, 3, 3, stride=(2, 1), pad=(1, 0, 1, 1), groups=groups)
-    y = conv2d(x, w, b, stride=(2, 1), pad=(1, 0, 1, 1), algorithm=algorithm)
-    _close(y, conv2d_reference(p, x, w, b), algorithm)
+    refused = algorithms.supports(algorithm, p, RULES)
+    if not refused.ok:    # named, it must say why rather than run something else
+        with pytest.raises(UnsupportedError, match=re.escape(refused.reason)):
+            conv2d(*_data(p.input_shape, p.weights_shape)[:2], algorithm=algorithm,
+                   **_geometry(p))
+        return
+    x, w, b = _data(p.input_shape, p.weights_shape)
+    y = conv2d(x, w, b, algorithm=algorithm, **_geometry(p))
+    assert_within_tolerance(p, x, w, b, y, algorithm)
+
+
+def test_grouped_problems_run_somewhere() -> None:
+    assert any(accepts(a, ConvProblem(2, 10, 11, 6, k, 3, 3, groups=g))
+               for a in ALGORITHMS for g, k in GROUPED)
 
 
 def test_f16_is_half_in_half_out() -> None:
-    x, w, b = _data((1, 8, 8, 4), (4, 3, 3, 4), dtype=np.float16)
     for algorithm in ALGORITHMS:
-        y = conv2d(x, w, b, pad=1, algorithm=algorithm)
-        assert y.dtype == np.float16
+        p = first_supported(algorithm, CASES).replace(dtype="F16")
+        x, w, b = _data(p.input_shape, p.weights_shape, dtype=np.float16)
+        y = conv2d(x, w, b, algorithm=algorithm, **_geometry(p))
+        assert_within_tolerance(p, x, w, b, y, algorithm)
 
 
 def test_prepared_op_reuses_weights_and_reports_itself() -> None:
@@ -86,10 +111,10 @@ def test_prepared_op_reuses_weights_and_reports_itself() -> None:
     op = prepare(p, w, b, algorithm="winograd", tile=(2, 2))
     assert (op.algorithm, op.method, op.backend) == ("winograd", "WINOGRAD", "numpy")
     assert op.workspace_bytes > 0
+    given = w.copy()
     w[:] = 0   # the op holds its own transformed copy
-    first, second = op.run(x), op.run(x * 2)
-    _close(second, 2 * first.astype(np.float64) - conv2d_reference(p, np.zeros_like(x),
-                                                                      w, b), "winograd")
+    assert_within_tolerance(p, x, given, b, op.run(x), "winograd")
+    assert_within_tolerance(p, 2 * x, given, b, op.run(x * 2), "winograd")
 
 
 def test_auto_runs_the_selected_algorithm() -> None:
@@ -97,7 +122,7 @@ def test_auto_runs_the_selected_algorithm() -> None:
     x, w, b = _data(p.input_shape, p.weights_shape)
     op = prepare(p, w, b)
     assert op.algorithm == op.selection.algorithm
-    _close(op.run(x), conv2d_reference(p, x, w, b))
+    assert_within_tolerance(p, x, w, b, op.run(x), op.algorithm)
 
 
 def test_gemm_1x1_copies_nothing_at_unit_stride() -> None:
@@ -183,4 +208,4 @@ def test_big_problems_run_in_pieces(monkeypatch, algorithm, problem) -> None:
     x, w, b = _data(problem.input_shape, problem.weights_shape, seed=5)
     op = prepare(problem, w, b, algorithm=algorithm)
     assert op.workspace_bytes < full.workspace_bytes
-    _close(op.run(x), conv2d_reference(problem, x, w, b), algorithm)
+    assert_within_tolerance(problem, x, w, b, op.run(x), algorithm)

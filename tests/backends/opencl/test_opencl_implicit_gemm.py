@@ -8,13 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from opencl_support import data, opencl_runtime
-from tolerances import tolerance
+from tolerances import relative_error, tolerance
 
 from convsel import algorithms
-from convsel.algorithms import constraints
+from convsel.algorithms import implicit_gemm as home
 from convsel.errors import UnsupportedError
 from convsel.problem import ConvProblem
-from convsel.reference import conv2d_reference
 from convsel.rules import default_rules
 from convsel.tuning.layers import default_layer_file, load_layers
 
@@ -39,11 +38,7 @@ def _error(p: ConvProblem, params: dict, seed: int = 0) -> tuple[float, object]:
     kernel = ig.prepare(p, w, b, params, rt)
     y = kernel.run(x)
     assert np.isfinite(y).all(), f"{p} {params}: unwritten or non-finite outputs"
-    ref = conv2d_reference(p, x, w, b)
-    plain = p.replace(activation=None)
-    scale = conv2d_reference(plain, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
-                             np.abs(b.astype(np.float64))).max()
-    return float(np.abs(y.astype(np.float64) - ref).max() / scale), kernel
+    return relative_error(p, x, w, b, y), kernel
 
 
 PROBLEMS = [
@@ -58,7 +53,7 @@ PROBLEMS = [
 @pytest.mark.parametrize("p", PROBLEMS, ids=str)
 def test_every_variant_matches_the_reference(p):
     found = algorithms.variants("implicit_gemm", p, RULES)
-    assert 1 <= len(found) <= constraints.MAX_VARIANTS
+    assert 1 <= len(found) <= home.MAX_VARIANTS
     for params in found:
         resolved = algorithms.supports("implicit_gemm", p, RULES, params).params
         err, _ = _error(p, resolved)

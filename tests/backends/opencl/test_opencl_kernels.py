@@ -7,10 +7,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from algorithm_cases import PLAIN, accepts, first_supported, implemented_on, resolved
 from opencl_support import assert_matches_reference, data, opencl_runtime
 
-from convsel import algorithms
 from convsel import api as ops
+from convsel import backends
 from convsel.activation import KINDS, parse_activation
 from convsel.algorithms import winograd_tiles
 from convsel.errors import KernelBuildError
@@ -20,6 +21,8 @@ from convsel.rules import load_rules
 pytest.importorskip("pyopencl")
 
 from convsel.backends.opencl import direct, gemm_1x1, im2col_gemm, indirect_gemm, program, winograd
+
+OPENCL = implemented_on("opencl")
 
 pytestmark = pytest.mark.opencl
 
@@ -56,7 +59,7 @@ def test_fused_activation(rt, activation):
     p = ConvProblem(1, 4, 5, 6, 8, 1, 1, activation=activation)
     x, w, b = data(p, seed=3)
     kernel = gemm_1x1.prepare(p, w, b, {}, rt)
-    assert_matches_reference(p, x, w, b, kernel.run(x))
+    assert_matches_reference(p, x, w, b, kernel.run(x), "gemm_1x1")
 
 
 def _pairs():
@@ -79,7 +82,7 @@ def test_winograd_pair(rt, kernel, tile):
     p = ConvProblem(2, 11, 10, 5, 6, kh, kw, pad=pad, activation="relu")
     x, w, b = data(p, seed=1)
     kernel_ = winograd.prepare(p, w, b, {"tile": tile}, rt)
-    assert_matches_reference(p, x, w, b, kernel_.run(x), winograd=True)
+    assert_matches_reference(p, x, w, b, kernel_.run(x), "winograd")
 
 
 GROUPED = [ConvProblem(2, 7, 6, 6, 9, 3, 3, pad=(1, 0, 1, 1), groups=3, stride=(2, 1)),
@@ -87,28 +90,30 @@ GROUPED = [ConvProblem(2, 7, 6, 6, 9, 3, 3, pad=(1, 0, 1, 1), groups=3, stride=(
            ConvProblem(1, 6, 6, 8, 16, 3, 3, pad=1, groups=2)]
 
 
-@pytest.mark.parametrize("module", [direct, im2col_gemm], ids=["direct", "im2col_gemm"])
-@pytest.mark.parametrize("p", GROUPED, ids=str)
-def test_grouped(rt, module, p):
+GROUPED_CASES = [(a, p) for a in OPENCL for p in GROUPED if accepts(a, p)]
+
+
+def test_every_grouped_problem_is_run_by_some_algorithm():
+    assert {str(p) for _, p in GROUPED_CASES} == {str(p) for p in GROUPED}
+
+
+@pytest.mark.parametrize("algorithm,p", GROUPED_CASES, ids=str)
+def test_grouped(rt, algorithm, p):
     x, w, b = data(p, seed=2)
-    assert_matches_reference(p, x, w, b, module.prepare(p, w, b, {}, rt).run(x))
+    kernel = module(algorithm).prepare(p, w, b, resolved(algorithm, p), rt)
+    assert_matches_reference(p, x, w, b, kernel.run(x), algorithm)
 
 
-def resolved(algorithm: str, p: ConvProblem) -> dict:
-    """The parameters convsel.execute would hand the module (the Winograd tile resolved)."""
-    return dict(algorithms.supports(algorithm, p, load_rules()).params)
-
-
-MODULES = {"direct": direct, "im2col_gemm": im2col_gemm, "gemm_1x1": gemm_1x1,
-           "indirect_gemm": indirect_gemm, "winograd": winograd}
+def module(algorithm: str):
+    return backends.implementation(algorithm, "opencl")
 
 
 def _f16_cases():
+    """Every OpenCL algorithm on the first of these its constraint accepts."""
     conv = ConvProblem(2, 7, 9, 6, 10, 3, 3, pad=(1, 1, 0, 2), dtype="F16",
                        activation="bounded_relu(4)")
     one = ConvProblem(2, 5, 6, 12, 7, 1, 1, stride=2, dtype="F16")
-    return [(a, conv) for a in ("direct", "im2col_gemm", "indirect_gemm", "winograd")] + [
-        ("gemm_1x1", one)]
+    return [(a, first_supported(a, (conv, one))) for a in OPENCL]
 
 
 @pytest.mark.parametrize("algorithm,p", _f16_cases(), ids=lambda v: str(v)[:12])
@@ -117,8 +122,8 @@ def test_f16_storage_path(rt, algorithm, p, monkeypatch):
     monkeypatch.setenv(program.HALF_ENV, "storage")
     assert program.dtype_options(p, rt) == ["-DDATA_F16"]
     x, w, b = data(p, seed=4)
-    y = MODULES[algorithm].prepare(p, w, b, resolved(algorithm, p), rt).run(x)
-    assert_matches_reference(p, x, w, b, y, winograd=algorithm == "winograd")
+    y = module(algorithm).prepare(p, w, b, resolved(algorithm, p), rt).run(x)
+    assert_matches_reference(p, x, w, b, y, algorithm)
 
 
 @pytest.mark.parametrize("algorithm,p", _f16_cases(), ids=lambda v: str(v)[:12])
@@ -127,8 +132,8 @@ def test_f16_native_path(rt, algorithm, p):
         pytest.skip("no cl_khr_fp16 on this device: native half cannot run here")
     assert "-DHALF_NATIVE" in program.dtype_options(p, rt)
     x, w, b = data(p, seed=4)
-    y = MODULES[algorithm].prepare(p, w, b, resolved(algorithm, p), rt).run(x)
-    assert_matches_reference(p, x, w, b, y, winograd=algorithm == "winograd")
+    y = module(algorithm).prepare(p, w, b, resolved(algorithm, p), rt).run(x)
+    assert_matches_reference(p, x, w, b, y, algorithm)
 
 
 def test_forced_native_half_without_the_extension_fails_to_build(rt, monkeypatch):
@@ -140,7 +145,7 @@ def test_forced_native_half_without_the_extension_fails_to_build(rt, monkeypatch
     algorithm, p = _f16_cases()[0]
     _, w, b = data(p, seed=4)
     with pytest.raises(KernelBuildError) as info:
-        MODULES[algorithm].prepare(p, w, b, resolved(algorithm, p), rt)
+        module(algorithm).prepare(p, w, b, resolved(algorithm, p), rt)
     assert info.value.log
     assert "-DHALF_NATIVE" in info.value.options or "cannot be created" in str(info.value)
 
@@ -176,18 +181,16 @@ def test_prepared_form_through_ops(rt, layout, weights_layout):
     assert op.backend == "opencl" and op.fallback is None
     y = op.run(np.ascontiguousarray(x_in))
     y = y.transpose(0, 2, 3, 1) if layout == "NCHW" else y
-    assert_matches_reference(p.replace(layout="NHWC"), x, w, b, np.ascontiguousarray(y))
+    assert_matches_reference(p.replace(layout="NHWC"), x, w, b, np.ascontiguousarray(y),
+                             "indirect_gemm")
 
 
-def test_without_bias(rt):
-    p = ConvProblem(1, 5, 5, 3, 4, 3, 3, pad=1)
+@pytest.mark.parametrize("algorithm", OPENCL)
+def test_without_bias(rt, algorithm):
+    p = first_supported(algorithm, PLAIN)
     x, w, _ = data(p, seed=6)
-    for name, module in MODULES.items():
-        if module is gemm_1x1:
-            continue
-        kernel = module.prepare(p, w, None, resolved(name, p), rt)
-        assert_matches_reference(p, x, w, None, kernel.run(x),
-                                 winograd=module is winograd)
+    kernel = module(algorithm).prepare(p, w, None, resolved(algorithm, p), rt)
+    assert_matches_reference(p, x, w, None, kernel.run(x), algorithm)
 
 
 def test_workspace_bytes(rt):

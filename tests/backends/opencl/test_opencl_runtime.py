@@ -200,17 +200,17 @@ def test_a_failed_launch_leaves_the_backend_usable(rt, monkeypatch):
     step = kernel.steps[0]
     bad = tuner.CLTuner()                     # apply-only, with one impossible local size
     bad.table[bad.key(rt, step.config_id)] = (64, 64, 64)
-    monkeypatch.setattr(rt, "tuner", bad)
+    monkeypatch.setattr(tuner, "_DEFAULT", bad)   # the runtime follows it
     recoveries = rt.recoveries
     with pytest.raises(rtmod.KernelLaunchError, match="queue was reset"):
         kernel.run(x)
     assert rt.recoveries == recoveries + 1
     bad.table.clear()
-    assert_matches_reference(P, x, w, b, kernel.run(x))                    # same kernel
+    assert_matches_reference(P, x, w, b, kernel.run(x), "direct")          # same kernel
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = direct.prepare(P, w, b, {}, rt)                            # a new one
-    assert_matches_reference(P, x, w, b, again.run(x))
+    assert_matches_reference(P, x, w, b, again.run(x), "direct")
 
 
 def test_run_checks_the_input_shape(rt):
@@ -221,7 +221,7 @@ def test_run_checks_the_input_shape(rt):
 
 
 def test_a_kernel_missing_from_its_program_is_a_build_error(rt):
-    from convsel.backends.opencl.prepared import bind
+    from convsel.backends.opencl.launch import bind
 
     program = rt.program(SOURCE, ("-DFACTOR=2.0f",))
     with pytest.raises(KernelBuildError, match="no_such_kernel cannot be created"):

@@ -124,10 +124,10 @@ def rt():
 def test_tuning_stores_and_then_reuses_a_local_size(rt, tmp_path, monkeypatch):
     path = tmp_path / "tuned.lws"
     t = CLTuner(mode="rapid", path=path)
-    monkeypatch.setattr(rt, "tuner", t)
+    monkeypatch.setattr(tuner, "_DEFAULT", t)   # the runtime follows it
     x, w, b = data(P)
     kernel = direct.prepare(P, w, b, {}, rt)
-    assert_matches_reference(P, x, w, b, kernel.run(x))
+    assert_matches_reference(P, x, w, b, kernel.run(x), "direct")
     key = t.key(rt, kernel.steps[0].config_id)
     assert t.tuned == 1 and key in t.table and key.endswith(rt.tag)
     lws = t.table[key]
@@ -135,7 +135,7 @@ def test_tuning_stores_and_then_reuses_a_local_size(rt, tmp_path, monkeypatch):
     assert lws == tuner.NO_LWS or lws in candidates("rapid", gws, rt.max_work_group)
     assert CLTuner(path=path).table == t.table                    # saved as it appeared
     again = direct.prepare(P, w, b, {}, rt)
-    assert_matches_reference(P, x, w, b, again.run(x))            # tuned lws applied
+    assert_matches_reference(P, x, w, b, again.run(x), "direct")  # tuned lws applied
     assert t.tuned == 1                                           # and not tuned again
 
 
@@ -146,8 +146,27 @@ def test_file_without_mode_applies_known_entries_only(rt, tmp_path, monkeypatch)
     path = tmp_path / "known.lws"
     path.write_text(f"lws\n{config}_{rt.tag};2;1;1\n")
     t = CLTuner(path=path)
-    monkeypatch.setattr(rt, "tuner", t)
+    monkeypatch.setattr(tuner, "_DEFAULT", t)   # the runtime follows it
     assert t.local_size(rt, kernel.steps[0].kernel, kernel.steps[0].gws, config) == (2, 1, 1)
     assert t.local_size(rt, kernel.steps[0].kernel, (4, 4, 4), "unknown") is None
-    assert_matches_reference(P, x, w, b, kernel.run(x))
+    assert_matches_reference(P, x, w, b, kernel.run(x), "direct")
     assert t.tuned == 0
+
+
+def test_configure_reaches_a_runtime_that_already_exists(rt, monkeypatch):
+    """tune-cl configures the tuner after the runtime exists: the runtime follows it."""
+    monkeypatch.setattr(tuner, "_DEFAULT", None)
+    made = tuner.configure(None, None)
+    assert rt.tuner is made
+
+
+def test_the_tuner_does_not_import_the_runtime():
+    """The runtime hands itself to the tuner at each launch; the tuner module names it only
+    through a protocol, so runtime -> tuner is the one edge between them (no circle)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(tuner))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "runtime" not in imported and not any(m and m.endswith(".runtime")
+                                                 for m in imported)

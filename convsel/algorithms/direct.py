@@ -1,0 +1,35 @@
+"""Direct convolution: every output accumulated tap by tap, grouped and depthwise included;
+no buffer beyond a band of products. The fallback that runs anything."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..problem import ConvProblem
+from .shared import F16_ROUNDED, F32_EXACT, ITEM, any_problem, padded_bytes
+from .spec import AlgorithmSpec, backend_modules
+
+BAND_ELEMENTS = 1 << 16   # numpy: floats in one band's product buffer (256 KiB: stays in L2)
+
+
+def numpy_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    band = max(1, BAND_ELEMENTS // (p.out_w * p.k))
+    cg, kg = p.c // p.groups, p.k // p.groups
+    # depthwise with padding works on a padded copy of the input (which replaces F16's copy)
+    padded = padded_bytes(p) if cg == 1 and kg == 1 and p.groups > 1 and any(p.pad) else 0
+    f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" and not padded else 0
+    return min(band, p.out_h) * p.out_w * p.k * ITEM + f16_copy + padded
+
+
+def opencl_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    return 0
+
+
+SPEC = AlgorithmSpec(
+    "direct", "direct convolution, one output at a time (grouped and depthwise too)",
+    cpu_method="DIRECT", gpu_method="DIRECT", supports=any_problem("direct"),
+    backends=backend_modules("direct", "numpy", "opencl"),
+    timing_rank=5, colour="tab:brown",
+    tolerance={"F32": F32_EXACT, "F16": F16_ROUNDED},
+    workspace={"numpy": numpy_workspace, "opencl": opencl_workspace})

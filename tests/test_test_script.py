@@ -1,0 +1,101 @@
+"""scripts/test.sh stops the PostgreSQL server it started, however pytest ends, and leaves
+running one it found running (issue 25, item 16). test.sh runs for real in a copy of the
+repository's scripts whose setup, ruff, mypy and pytest are stand-ins; scripts/postgres.sh is
+the real one, on its own port and directory, so it starts a real server."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from repo import ROOT
+
+STAND_IN = "#!/usr/bin/env bash\nexit 0\n"
+# pytest's stand-in: says whether the server runs while "the suite" runs, then exits as told.
+FAKE_PYTEST = """#!/usr/bin/env bash
+if bash scripts/postgres.sh status 2>/dev/null; then echo running > pytest-saw; \
+else echo stopped > pytest-saw; fi
+echo "$CONVSEL_TEST_POSTGRES_URL" >> pytest-saw
+exit "${FAKE_PYTEST_RC:-0}"
+"""
+
+
+def _executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+@pytest.fixture(scope="module")
+def server_dir():
+    if not glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"):
+        pytest.skip("needs PostgreSQL's server binaries (Debian's postgresql package; "
+                    "scripts/postgres.sh installs it as root)")
+    # Under /tmp itself: the server runs as `postgres`, which cannot enter pytest's tmp dirs.
+    directory = tempfile.mkdtemp(prefix="convsel-pg-test-")
+    yield {"CONVSEL_PG_DIR": directory, "CONVSEL_PG_PORT": str(free_port())}
+    subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "stop"],
+                   env={**os.environ, "CONVSEL_PG_DIR": directory}, capture_output=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def sandbox(tmp_path, server_dir):
+    repo = tmp_path / "repo"
+    for name in ("test.sh", "postgres.sh"):
+        _executable(repo / "scripts" / name, (ROOT / "scripts" / name).read_text())
+    _executable(repo / "scripts" / "setup.sh", STAND_IN)
+    for tool in ("ruff", "mypy"):
+        _executable(repo / ".venv" / "bin" / tool, STAND_IN)
+    _executable(repo / ".venv" / "bin" / "python", FAKE_PYTEST)
+    _executable(tmp_path / "bin" / "chromium", STAND_IN)   # test.sh installs none then
+    env = {**os.environ, **server_dir, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    for name in ("CI", "CONVSEL_TEST_POSTGRES_URL", "CONVSEL_REQUIRE_POSTGRES"):
+        env.pop(name, None)
+    return repo, env
+
+
+def _script(repo: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", *args], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _running(repo: Path, env: dict) -> bool:
+    """Whether a server listens on the sandbox's port (asked of the socket, not the script)."""
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", int(env["CONVSEL_PG_PORT"]))) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("pytest_rc", [0, 1])
+def test_a_server_test_sh_started_is_stopped(sandbox, pytest_rc):
+    repo, env = sandbox
+    assert not _running(repo, env)
+    done = _script(repo, {**env, "FAKE_PYTEST_RC": str(pytest_rc)}, "scripts/test.sh")
+    assert done.returncode == pytest_rc, done.stderr
+    saw, url = (repo / "pytest-saw").read_text().split()
+    assert saw == "running" and url.endswith(f":{env['CONVSEL_PG_PORT']}/convsel")
+    assert not _running(repo, env), "scripts/test.sh left the server it started running"
+
+
+def test_a_server_already_running_is_left_running(sandbox):
+    repo, env = sandbox
+    assert _script(repo, env, "scripts/postgres.sh").returncode == 0
+    try:
+        assert _script(repo, env, "scripts/test.sh").returncode == 0
+        assert (repo / "pytest-saw").read_text().split()[0] == "running"
+        assert _running(repo, env), "scripts/test.sh stopped a server it did not start"
+    finally:
+        _script(repo, env, "scripts/postgres.sh", "stop")
