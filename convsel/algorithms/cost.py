@@ -4,21 +4,53 @@
 algorithm, and what the algorithm's home (its ``features`` hook) says of the candidate: the
 names in :data:`CANDIDATE_FEATURES`, every one of them, whatever the algorithm.
 :func:`candidate_features` computes them from the work the algorithm does and the scratch
-memory it moves (the cost model's estimate, not the kernels' exact workspace); a home whose
-work differs from the direct convolution's passes its own figures.
+memory it moves (the cost model's estimate, not the kernels' exact workspace), and the
+matrix products the algorithm reduces the convolution to (:class:`Gemm`: their sizes, how many
+and how much arithmetic each does per element it touches: a thousand 9x1 products run
+nothing like one product of the same work); a home whose work differs from the direct
+convolution's as a grouped GEMM passes its own figures.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..problem import ConvProblem
 
 CANDIDATE_FEATURES: tuple[str, ...] = (
     "tile_y", "tile_x", "log_alg_flops", "log_workspace", "alg_intensity", "log_reduction",
-    "tile_k", "tile_warp", "vec", "log_workgroups", "tile_fill")
+    "tile_k", "tile_warp", "vec", "log_workgroups", "tile_fill",
+    "log_gemm_m", "log_gemm_n", "log_gemm_k", "log_gemm_calls", "log_gemm_intensity")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """The matrix products an algorithm does: ``calls`` products of (m x k) by (k x n)."""
+
+    m: float
+    n: float
+    k: float
+    calls: float
+
+    @classmethod
+    def grouped(cls, p: ConvProblem, taps_in_k: bool = True) -> Gemm:
+        """The convolution as one GEMM per group: output pixels x output channels of the
+        group, reducing over the group's input channels (and the kernel's taps, unless
+        ``taps_in_k`` is false: then one product per tap, as a direct convolution does)."""
+        taps = p.kh * p.kw
+        k = (p.c // p.groups) * (taps if taps_in_k else 1)
+        return cls(p.n * p.out_h * p.out_w, p.k // p.groups, k,
+                   p.groups * (1 if taps_in_k else taps))
+
+    def features(self) -> dict[str, float]:
+        m, n, k = max(self.m, 1.0), max(self.n, 1.0), max(self.k, 1.0)
+        return {"log_gemm_m": math.log10(m), "log_gemm_n": math.log10(n),
+                "log_gemm_k": math.log10(k), "log_gemm_calls": math.log10(max(self.calls, 1)),
+                # multiply-adds per element read or written: what a BLAS call can reuse
+                "log_gemm_intensity": math.log10(m * n * k / (m * k + k * n + m * n))}
 
 
 def leading_tile(params: Mapping[str, Any]) -> tuple[int, int]:
@@ -57,10 +89,12 @@ def gemm_tiling(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
 
 
 def candidate_features(p: ConvProblem, params: Mapping[str, Any], flops: float | None = None,
-                       scratch_bytes: float = 0.0) -> dict[str, float]:
+                       scratch_bytes: float = 0.0,
+                       gemm: Gemm | None = None) -> dict[str, float]:
     """The :data:`CANDIDATE_FEATURES` of a candidate doing ``flops`` (multiply-adds x2,
-    transforms included; default: the direct convolution's) and moving ``scratch_bytes``
-    beyond input, weights and output."""
+    transforms included; default: the direct convolution's), moving ``scratch_bytes``
+    beyond input, weights and output, through the products ``gemm`` (default: one GEMM per
+    group, :meth:`Gemm.grouped`)."""
     tile = leading_tile(params)
     work = float(p.flops) if flops is None else flops
     row = {"tile_y": tile[0], "tile_x": tile[1],
@@ -68,5 +102,5 @@ def candidate_features(p: ConvProblem, params: Mapping[str, Any], flops: float |
            "log_workspace": math.log10(scratch_bytes + 1.0),
            "alg_intensity": work / (scratch_bytes + 10 ** math.log10(moved_bytes(p))),
            "log_reduction": math.log10(p.kh * p.kw * (p.c // p.groups)),
-           **gemm_tiling(p, params)}
+           **gemm_tiling(p, params), **(gemm or Gemm.grouped(p)).features()}
     return {k: float(v) for k, v in row.items()}

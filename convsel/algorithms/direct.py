@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..problem import ConvProblem
+from .cost import Gemm, candidate_features
 from .shared import F16_ROUNDED, F32_EXACT, ITEM, any_problem, padded_bytes
 from .spec import AlgorithmSpec, backend_modules
 
@@ -26,10 +27,15 @@ def opencl_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
     return 0
 
 
+def features(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
+    """Tap by tap: one product of (pixels x channels per group) per tap and group."""
+    return candidate_features(p, params, gemm=Gemm.grouped(p, taps_in_k=False))
+
+
 SPEC = AlgorithmSpec(
     "direct", "direct convolution, one output at a time (grouped and depthwise too)",
     cpu_method="DIRECT", gpu_method="DIRECT", supports=any_problem("direct"),
     backends=backend_modules("direct", "numpy", "opencl"),
     timing_rank=5, colour="tab:brown",
     tolerance={"F32": F32_EXACT, "F16": F16_ROUNDED},
-    workspace={"numpy": numpy_workspace, "opencl": opencl_workspace})
+    workspace={"numpy": numpy_workspace, "opencl": opencl_workspace}, features=features)

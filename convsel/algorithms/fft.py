@@ -9,7 +9,7 @@ from typing import Any
 
 from ..problem import ConvProblem
 from ..verdict import Verdict, failed, passed
-from .cost import candidate_features
+from .cost import Gemm, candidate_features
 from .shared import F16_ROUNDED, ceil_div, piece_bytes, ungrouped
 from .spec import AlgorithmSpec, backend_modules
 
@@ -55,7 +55,9 @@ def features(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
     ffts = 5.0 * fh * fw * math.log2(max(fh * fw, 2)) * (p.n * p.c + p.c * p.k + p.n * p.k)
     flops = 8.0 * bins * p.n * p.c * p.k + ffts
     scratch = float(bins * (p.n * p.c + p.c * p.k + p.n * p.k) * 8)
-    return candidate_features(p, params, flops=flops, scratch_bytes=scratch)
+    # one (complex) product per frequency bin: batch x output channels, over channels
+    gemm = Gemm(p.n, p.k, p.c, bins)
+    return candidate_features(p, params, flops=flops, scratch_bytes=scratch, gemm=gemm)
 
 
 def dominated(p: ConvProblem) -> Verdict:

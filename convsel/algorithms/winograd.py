@@ -12,7 +12,7 @@ from typing import Any
 from ..problem import ConvProblem
 from ..rules import Rules
 from ..verdict import Verdict, failed, passed
-from .cost import candidate_features, leading_tile
+from .cost import Gemm, candidate_features, leading_tile
 from .shared import ITEM, ceil_div, piece_bytes
 from .spec import AlgorithmSpec, backend_modules
 
@@ -91,7 +91,10 @@ def features(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
     products = 2.0 * tiles * a * p.c * p.k
     transforms = 2.0 * tiles * a * (p.c + p.k) * (m[0] + m[1] + p.kh + p.kw)
     scratch = float(tiles * a * (p.c + p.k) * e + a * p.c * p.k * e)
-    return candidate_features(p, params, flops=products + transforms, scratch_bytes=scratch)
+    # one product per point of the transformed tile: tiles x output channels, over channels
+    gemm = Gemm(tiles, p.k // p.groups, p.c // p.groups, a * p.groups)
+    return candidate_features(p, params, flops=products + transforms, scratch_bytes=scratch,
+                              gemm=gemm)
 
 
 SPEC = AlgorithmSpec(

@@ -20,7 +20,9 @@ from ..algorithms import ALGORITHMS, spec
 from ..algorithms.cost import CANDIDATE_FEATURES, moved_bytes
 from ..problem import ConvProblem
 
-FEATURES_VERSION = "2"   # 2: the tiled GEMM's work-group tile, its count and fill
+# 2: the tiled GEMM's work-group tile, its count and fill; 3: the matrix products each
+# algorithm reduces the convolution to (sizes, count, arithmetic per element)
+FEATURES_VERSION = "3"
 
 
 def problem_features(p: ConvProblem) -> dict[str, float]:
