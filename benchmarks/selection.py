@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from convsel import ConvProblem, choose, select
-from convsel.selection import _select_acl
+from convsel.selection import acl_selection
 from convsel.tuning.layers import distinct, load_layers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def us_per_call(problems: list[ConvProblem], ask: Any, passes: int, *, fresh: bo
 
 def forget() -> None:
     """Clear the per-problem answers (not the loaded model or the device identity)."""
-    _select_acl.cache_clear()
+    acl_selection.cache_clear()
     try:
         from convsel.tuning import cache
     except ImportError:   # before answers were kept per process
