@@ -41,7 +41,9 @@ class PredictedPolicy:
     """Answer from the cost model of ``backend``/``device`` in ``db``, else ACL's rules.
 
     ``model`` uses that model instead of the database's (cross-validation, tests);
-    ``abstain=False`` lets the model answer shapes outside its training data too.
+    ``abstain=False`` lets the model answer shapes outside its training data too; with
+    ``tune=True`` (or ``"auto"``) a shape it abstains on is timed instead: its ``top`` best
+    predicted candidates and ACL's pick, recorded in ``db``.
     """
 
     backend: str = "numpy"
@@ -49,6 +51,8 @@ class PredictedPolicy:
     db: TuningDB | str | os.PathLike[str] | None = None
     model: StoredModel | None = None
     abstain: bool = True
+    tune: bool | str = False
+    top: int = 3
     name: ClassVar[str] = "predicted"
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
@@ -56,7 +60,8 @@ class PredictedPolicy:
             acl = acl_selection(problem, target, rules)
             return select_predicted(problem, target, rules, acl, backend=self.backend,
                                     device=self.device, db=self.db, model=self.model,
-                                    abstain=self.abstain)
+                                    abstain=self.abstain, tune=self.tune in (True, "auto"),
+                                    top=self.top)
         if self.model is not None:
             return answer()
         return remembered(self.db, ("predicted", self, problem, target, rules), answer)
@@ -108,7 +113,7 @@ _RULES_ANSWER = "; answered from ACL's rules"
 def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Selection, *,
                      backend: str = "numpy", device: Any = None, db: Any = None,
                      model: StoredModel | None = None, policy: str = "predicted",
-                     abstain: bool = True) -> Selection:
+                     abstain: bool = True, tune: bool = False, top: int = 3) -> Selection:
     """The model's answer for ``problem``, or ACL's (``acl``) with the reason in the trace.
 
     ``source`` is "model" with ``measurement`` holding the model's identity and the ranking,
@@ -116,6 +121,9 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
     what the model was trained on (:meth:`StoredModel.inside`) is answered by the rules unless
     ``convsel fit`` measured that this device's models extrapolate to its kind of shape
     (:meth:`StoredModel.extrapolates`); the trace says which size or kind was out of range.
+    With ``tune`` such a problem is timed instead of abstained on: the model's ``top`` best
+    candidates and ACL's pick (:func:`shortlist`'s set), recorded in ``db``, and the answer is
+    the measured policy's from that entry (``source`` "tuning-db").
     """
     why = ""
     if model is None:
@@ -138,8 +146,12 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
             where = (f"this shape is outside what model {model.id} was trained on "
                      f"({verdict.rule}: {verdict.reason})")
             if not trusted:
-                return rules_answer(acl, policy, "predicted.outside",
-                                    f"model {model.id} abstains: {where}, and {reason}")
+                why_not = f"model {model.id} abstains: {where}, and {reason}"
+                if tune:
+                    return _timed_instead(problem, target, rules, acl, model, why_not,
+                                          backend=backend, device=device, db=db, top=top,
+                                          policy=policy)
+                return rules_answer(acl, policy, "predicted.outside", why_not)
             outside = TraceStep("predicted.outside-trusted", False,
                                 f"{where}; it answers because {reason}")
     found, _ = candidates(problem, backend, rules)
@@ -179,6 +191,39 @@ def shortlist(problem: ConvProblem, target: Target, rules: Rules, *, top: int,
     return Shortlist(frozenset([*best, acl_label]),
                      f"outside model {model_id}'s top {top} ({', '.join(best)}) and not "
                      f"ACL's pick ({acl_label})"), ""
+
+
+def _timed_instead(problem: ConvProblem, target: Target, rules: Rules, acl: Selection,
+                   model: StoredModel, why_not: str, *, backend: str, device: Any, db: Any,
+                   top: int, policy: str) -> Selection:
+    """Time the model's ``top`` candidates and ACL's pick, record them, answer from them."""
+    from ..errors import UnsupportedError
+    from ..tuning.measure import measure  # times candidates: only when asked to tune
+    from .measured import from_entry
+
+    found, why = shortlist(problem, target, rules, top=top, backend=backend, device=device,
+                           db=db, model=model)
+    try:
+        m = measure(problem, backend, device, rules=rules, shortlist=found)
+    except (UnsupportedError, ConvselError) as exc:
+        return rules_answer(acl, policy, "predicted.outside",
+                            f"{why_not}; timing it failed ({exc})")
+    entry = m.entry()
+    where = "this process only"
+    try:
+        database = open_db(db, create=True)
+        if m.complete:
+            database.record(entry)
+            where = str(database.path)
+    except (TuningDatabaseError, OSError):
+        database = None
+    timed = sorted(found.labels) if found is not None else ["every candidate"]
+    sel = from_entry(entry, acl, target, where)
+    step = TraceStep("predicted.outside-timed", True,
+                     f"{why_not}; tune: timed {', '.join(timed)} instead and recorded it "
+                     f"({'in ' + where if database is not None and m.complete else where})")
+    return dataclasses.replace(sel, policy=policy, trace=(*sel.trace[:-1], step,
+                                                          sel.trace[-1]))
 
 
 def rules_answer(acl: Selection, policy: str, step_id: str, why_no_model: str) -> Selection:

@@ -415,3 +415,23 @@ def test_the_distance_rule_catches_a_combination_no_trained_shape_resembles():
     odd = ConvProblem(1, 56, 56, 512, 512, 3, 3, pad=1)
     far = check(domain, odd, rules=("distance",))
     assert not far.inside and far.rule == "distance" and "nearest trained shape" in far.reason
+
+
+def test_with_tune_a_shape_it_abstains_on_is_timed_instead_and_recorded(tmp_path, ident):
+    """tune="auto": outside its training data the model's top K and ACL's pick are timed,
+    the entry is recorded, and the trace says why it was timed."""
+    database = TuningDB(tmp_path / "wide.sqlite")
+    database.record_many([entry_for(p, ident, overhead_seconds) for p in training_problems()
+                          if p.c >= 16])
+    assert fit_and_save(database, ident, ["roofline"])["accepted"]
+    far = ConvProblem(1, 12, 12, 1, 16, 11, 11, pad=5)
+    sel = choose(far, policy="predicted", db=database, tune="auto", top=1)
+    assert (sel.policy, sel.source) == ("predicted", "tuning-db")
+    step = next(s for s in sel.trace if s.id == "predicted.outside-timed")
+    assert "abstains" in step.reason and "timed" in step.reason
+    entry = database.lookup(far, "numpy", ident)
+    assert entry is not None and any("not timed" in str(t.get("skipped", ""))
+                                     for t in entry.timings.values())
+    timed = [k for k, t in entry.timings.items() if "median_s" in t]
+    assert 1 <= len(timed) <= 2 and choose(far).algorithm in {
+        entry.timings[k]["algorithm"] for k in timed}
