@@ -101,7 +101,7 @@ class Winograd(Prepared):
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         for images, rows in pieces(p.n, th, self.row_bytes):
             self._tiles(windows[images, rows], y[images, rows.start * my: rows.stop * my])
-        return finish(p, y, None)
+        return finish(p, y, None, self.accelerated)
 
     def _tiles(self, windows: np.ndarray, y: np.ndarray) -> None:
         """Convolve the input tiles ``windows`` (n, th, TW, C, ny, nx) into output rows ``y``."""
