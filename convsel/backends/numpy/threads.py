@@ -19,9 +19,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity), else the machine's count."""
     try:
@@ -99,7 +96,9 @@ def describe_threads() -> str:
     """The thread settings in force, e.g. ``OPENBLAS_NUM_THREADS=2; BLAS 2 threads; 2
     threads for fused kernels and FFT``: the variables BLAS read at start-up (when set)
     and the counts now."""
-    settings = [f"{v}={os.environ[v]}" for v in _THREAD_VARIABLES if v in os.environ]
+    from ... import config
+
+    settings = [f"{v}={value}" for v, value in config.current().blas_thread_variables().items()]
     blas = _blas_threads()
     if blas is not None:
         settings.append(f"BLAS {blas} threads")

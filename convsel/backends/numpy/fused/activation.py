@@ -30,7 +30,7 @@ def _sigmoid(v: np.float32) -> np.float32:
     t = -v
     t = np.float32(88.0) if t > np.float32(88.0) else t     # exp() stays finite in float32
     t = np.float32(-88.0) if t < np.float32(-88.0) else t
-    return np.float32(1.0) / (np.float32(1.0) + np.exp(t))
+    return np.float32(1.0) / (np.float32(1.0) + np.exp(t))  # type: ignore[no-any-return]
 
 
 @jit()
