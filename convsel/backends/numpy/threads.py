@@ -3,10 +3,11 @@
 One number, set with :func:`set_threads` (or for a block, :func:`limited_threads`), governs
 the three pools the backend uses: OpenBLAS's (through threadpoolctl, which changes the
 loaded library's setting at run time, unlike the ``OPENBLAS_NUM_THREADS`` variable that is
-read once when numpy is imported), numba's (the fused kernels of the ``cpu`` extra) and
-scipy.fft's workers. Until it is set, the count is the cores this process may run on
-(``sched_getaffinity``: a run pinned with taskset to two of sixteen cores gets two), and
-BLAS keeps whatever its own start-up settings gave it.
+read once when numpy is imported), the fused kernels' (the ``cpu`` extra: numba-compiled
+loops that release the GIL, spread over Python threads) and scipy.fft's workers. Until it
+is set, the count is the cores this process may run on (``sched_getaffinity``: a run
+pinned with taskset to two of sixteen cores gets two), and BLAS keeps whatever its own
+start-up settings gave it.
 
 A timing depends on the thread count, so :func:`describe_threads` says what is in force
 now, for the tuning database's device key and the service's /v1/backends.
@@ -67,12 +68,6 @@ def limited_threads(n: int) -> Iterator[None]:
         controller = _blas_controller()
         if controller is not None and blas is not None:
             controller.limit(limits=blas, user_api="blas")
-
-
-def numba_threads() -> int:
-    """The thread count a fused kernel launched now should use (numba caps it at the pool
-    it started with)."""
-    return _count
 
 
 def _blas_controller() -> Any:

@@ -95,3 +95,40 @@ def test_depthwise_sizes_both_forms(kernel: tuple[int, int]):
     assert (op.fused.run is depthwise._any_size) == (kernel not in depthwise.UNROLLED)
     y = op.run(x)
     assert np.abs(y - conv2d_reference(p, x, w, b)).max() < 1e-4
+
+
+@pytest.mark.parametrize("p", [
+    ConvProblem(2, 13, 11, 6, 6, 3, 3, pad=1, groups=6),
+    ConvProblem(1, 12, 12, 5, 7, 3, 3, stride=2, pad=(0, 1, 0, 1), activation="relu"),
+    ConvProblem(2, 12, 11, 8, 9, 3, 3, pad=1),
+    ConvProblem(2, 7, 9, 8, 16, 1, 1, activation="hard_swish"),
+], ids=str)
+def test_kernels_spread_over_threads_write_every_output(monkeypatch: pytest.MonkeyPatch,
+                                                        p: ConvProblem):
+    """With every job range handed to its own thread (three threads, no minimum size), the
+    fused kernels still write each output once: NaN-filled outputs, float64 reference."""
+    pytest.importorskip("numba")
+    from convsel import algorithms
+    from convsel.backends import implementation
+    from convsel.backends.numpy import common, fused
+    from convsel.rules import default_rules
+
+    monkeypatch.setattr(fused, "MIN_VALUES_PER_THREAD", 1)
+    monkeypatch.setattr(common, "OUTPUT_FILL", np.nan)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    w = rng.standard_normal(p.weights_shape).astype(np.float32)
+    b = rng.standard_normal(p.k).astype(np.float32)
+    ref = conv2d_reference(p, x, w, b)
+    ran = 0
+    with threads.limited_threads(3):
+        for algorithm in ("direct", "im2col_gemm", "gemm_1x1", "winograd"):
+            verdict = algorithms.supports(algorithm, p, default_rules())
+            module = implementation(algorithm, "numpy")
+            if not verdict.ok or not module.supports(p, verdict.params, None).ok:
+                continue
+            y = module.prepare(p, w, b, dict(verdict.params), None).run(x)
+            assert np.isfinite(y).all(), algorithm
+            assert np.abs(y - ref).max() < 1e-3, algorithm
+            ran += 1
+    assert ran >= 2

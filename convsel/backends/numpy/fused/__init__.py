@@ -23,26 +23,62 @@ compile time (about a second) once per machine and kernel size, not on every sta
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numba
 
-from ..threads import numba_threads
+from ..threads import thread_count
 
 FASTMATH = frozenset({"contract", "reassoc", "arcp", "nsz"})
 
+# Below this many output values per thread, a kernel runs in the calling thread alone: a
+# hand-over to a pool thread costs tens of microseconds.
+MIN_VALUES_PER_THREAD = 1 << 15
 
-def jit(parallel: bool = False) -> Callable[[Callable[..., Any]], Any]:
-    """numba's ``njit`` with this package's settings (cached, fast-math without nnan/ninf,
-    numpy's error model: no exception checks in the loops)."""
-    return numba.njit(cache=True, fastmath=set(FASTMATH), parallel=parallel,  # type: ignore[no-any-return]
+
+def jit() -> Callable[[Callable[..., Any]], Any]:
+    """numba's ``njit`` with this package's settings: cached; fast-math without nnan/ninf;
+    numpy's error model (no exception checks in the loops); the GIL released, so that
+    :func:`spread` can run pieces of one kernel in several threads."""
+    return numba.njit(cache=True, fastmath=set(FASTMATH), nogil=True,  # type: ignore[no-any-return]
                       error_model="numpy", boundscheck=False)
 
 
-def use_threads() -> None:
-    """Launch the next parallel kernel with the backend's thread count (numba's setting is
-    per calling thread, and capped at the pool size numba started with)."""
-    n = max(1, min(numba_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _workers(n: int) -> ThreadPoolExecutor:
+    """The pool of helper threads (grown to ``n``); idle, they sleep on a queue."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < n:
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="convsel-fused")
+        return _pool
+
+
+def spread(kernel: Callable[..., None], jobs: int, values: int, *args: Any) -> None:
+    """Run ``kernel(start, stop, *args)`` over the jobs [0, jobs) split into contiguous
+    ranges, one per thread (the backend's thread count; fewer when ``values``, the output
+    values the kernel writes, would give a thread less than MIN_VALUES_PER_THREAD).
+
+    Why not numba's own ``parallel=True``: its thread pools stay busy after a kernel (the
+    OpenMP layer's threads spin for milliseconds; the workqueue layer's poll), and on two
+    cores they took the cores from OpenBLAS's threads in the GEMM that follows. Measured
+    on the quiet host (2 pinned cores): every layer that mixed the two ran in about 8 ms
+    (OpenMP layer) instead of 0.15-1.5; with the workqueue layer the GEMM after an im2col
+    ran at half speed. Python's pool threads sleep on a queue between kernels."""
+    n = max(1, min(thread_count(), jobs, values // MIN_VALUES_PER_THREAD))
+    if n == 1:
+        kernel(0, jobs, *args)
+        return
+    bounds = [jobs * i // n for i in range(n + 1)]
+    pool = _workers(n - 1)
+    pending: list[Future[None]] = [pool.submit(kernel, bounds[i], bounds[i + 1], *args)
+                                   for i in range(1, n)]
+    kernel(bounds[0], bounds[1], *args)
+    for job in pending:
+        job.result()

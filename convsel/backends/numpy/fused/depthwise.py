@@ -2,7 +2,8 @@
 
 numpy needs a padded copy and two passes per tap (a multiply, an add: 17 for a 3x3); here
 each output row is computed once, from the unpadded input, with the sum of the taps in a
-register, then activated while still in cache. Rows are spread over the threads.
+register, then activated while still in cache. Rows are spread over the threads
+(:func:`~convsel.backends.numpy.fused.spread`).
 
 Three loops write a row, all reading the input where it is (no padded copy):
 
@@ -26,9 +27,9 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from numba import prange, uintp
+from numba import uintp
 
-from . import jit, use_threads
+from . import jit, spread
 from .activation import activate
 
 
@@ -64,13 +65,14 @@ def _clipped(x: np.ndarray, w: np.ndarray, bias: np.ndarray, row: np.ndarray, oy
 UNROLLED = ((3, 3), (5, 5), (7, 7))
 
 
-@jit(parallel=True)
-def _any_size(x: np.ndarray, w: np.ndarray, w_rows: np.ndarray, bias: np.ndarray,
+@jit()
+def _any_size(start: int, stop: int,
+              x: np.ndarray, w: np.ndarray, w_rows: np.ndarray, bias: np.ndarray,
               bias_row: np.ndarray, out: np.ndarray, sy: int, sx: int, dy: int, dx: int,
               top: int, left: int, code: int, a: np.float32, b: np.float32) -> None:
     n, oh, ow = out.shape[0], out.shape[1], out.shape[2]
     of = out.reshape(n, oh, ow * out.shape[3])
-    for job in prange(n * oh):
+    for job in range(start, stop):
         i = job // oh
         oy = job - i * oh
         row = of[i, oy]
@@ -88,8 +90,9 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
     """The kernel for ``kh`` x ``kw`` taps with the tap loops unrolled at compile time (so
     the sum of the taps stays in a register)."""
 
-    @jit(parallel=True)
-    def depthwise(x: np.ndarray, w: np.ndarray, w_rows: np.ndarray, bias: np.ndarray,
+    @jit()
+    def depthwise(start: int, stop: int,
+                  x: np.ndarray, w: np.ndarray, w_rows: np.ndarray, bias: np.ndarray,
                   bias_row: np.ndarray, out: np.ndarray, sy: int, sx: int, dy: int, dx: int,
                   top: int, left: int, code: int, a: np.float32, b: np.float32) -> None:
         n, h, wd, c = x.shape
@@ -102,7 +105,7 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
         wf = w.reshape(kh * kw * c)
         wr = w_rows.reshape(w_rows.size)
         uc, urow, ucol = uintp(c), uintp(dy * wd * c), uintp(dx * c)
-        for job in prange(n * oh):
+        for job in range(start, stop):
             i = job // oh
             oy = job - i * oh
             row = of[i, oy]
@@ -164,5 +167,6 @@ class Depthwise:
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         """``out`` (N, OH, OW, C) = the activated depthwise convolution of ``x`` (N, H, W, C),
         both float32 and contiguous."""
-        use_threads()
-        self.run(x, self.w, self.w_rows, self.bias, self.bias_row, out, *self.args)
+        jobs = out.shape[0] * out.shape[1]
+        spread(self.run, jobs, out.size, x, self.w, self.w_rows, self.bias, self.bias_row, out,
+               *self.args)

@@ -7,20 +7,18 @@ two); here each block of rows gets both while it is in cache.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
-from . import jit, use_threads
+from . import jit, spread
 from .activation import activate
 
 ROWS_PER_BLOCK = 64   # rows of the output finished together (a block stays in L2)
 
 
-@jit(parallel=True)
-def _bias_activation(y: np.ndarray, bias: np.ndarray, with_bias: bool, code: int,
-                     a: np.float32, b: np.float32) -> None:
+@jit()
+def _bias_activation(first: int, last: int, y: np.ndarray, bias: np.ndarray, with_bias: bool,
+                     code: int, a: np.float32, b: np.float32) -> None:
     rows, k = y.shape
-    blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    for block in prange(blocks):
+    for block in range(first, last):
         start = block * ROWS_PER_BLOCK
         stop = min(rows, start + ROWS_PER_BLOCK)
         if with_bias:
@@ -36,7 +34,8 @@ def bias_activation(y: np.ndarray, bias: np.ndarray | None,
     """``y[...] = act(y + bias)`` in place; ``y`` float32, C-contiguous, last axis the
     channels; ``bias`` of that length or None."""
     k = y.shape[-1]
-    use_threads()
     with_bias = bias is not None
-    _bias_activation(y.reshape(-1, k), bias if with_bias else np.zeros(k, np.float32),
-                     with_bias, *activation)
+    rows = y.reshape(-1, k)
+    blocks = -(-rows.shape[0] // ROWS_PER_BLOCK)
+    spread(_bias_activation, blocks, y.size, rows,
+           bias if with_bias else np.zeros(k, np.float32), with_bias, *activation)

@@ -9,13 +9,14 @@ run reaches into the padding, rows spread over the threads.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange, uintp
+from numba import uintp
 
-from . import jit, use_threads
+from . import jit, spread
 
 
-@jit(parallel=True)
-def _im2col(x: np.ndarray, cols: np.ndarray, first_row: int, kh: int, kw: int, sy: int,
+@jit()
+def _im2col(start: int, stop: int,
+            x: np.ndarray, cols: np.ndarray, first_row: int, kh: int, kw: int, sy: int,
             sx: int, dy: int, dx: int, top: int, left: int, ones: bool) -> None:
     n, h, wd, c = x.shape
     images, oh, ow, depth = cols.shape
@@ -23,7 +24,7 @@ def _im2col(x: np.ndarray, cols: np.ndarray, first_row: int, kh: int, kw: int, s
     src = x.reshape(x.size)
     dst = cols.reshape(cols.size)
     urun, uc = uintp(run), uintp(c)
-    for job in prange(images * oh):
+    for job in range(start, stop):
         i = job // oh
         oy = job - i * oh
         for ox in range(ow):
@@ -61,5 +62,5 @@ def im2col(x: np.ndarray, cols: np.ndarray, first_row: int, kernel: tuple[int, i
     """Fill ``cols`` (images, rows, OW, KH·KW·C [+ 1]) with the receptive fields of output
     rows ``first_row``... of the images ``x`` (images, H, W, C), float32 and contiguous; the
     last column 1 when ``ones`` (the bias rides in the GEMM)."""
-    use_threads()
-    _im2col(x, cols, first_row, *kernel, *stride, *dilation, *pad_top_left, ones)
+    spread(_im2col, cols.shape[0] * cols.shape[1], cols.size, x, cols, first_row, *kernel,
+           *stride, *dilation, *pad_top_left, ones)

@@ -23,10 +23,10 @@ in, so one compiled kernel serves every tile size.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange, uintp
+from numba import uintp
 
 from ....winograd_transforms import winograd_matrices_2d
-from . import jit, use_threads
+from . import jit, spread
 from .activation import activate
 
 
@@ -49,8 +49,9 @@ def _combine(out: np.ndarray, src: np.ndarray, offsets: np.ndarray, coefs: np.nd
                            + c2 * src[o2 + j] + c3 * src[o3 + j])
 
 
-@jit(parallel=True)
-def _input_transform(x: np.ndarray, v: np.ndarray, by_index: np.ndarray, by: np.ndarray,
+@jit()
+def _input_transform(start: int, stop: int,
+                     x: np.ndarray, v: np.ndarray, by_index: np.ndarray, by: np.ndarray,
                      bx_index: np.ndarray, bx: np.ndarray, first_row: int, rows: int, tw: int,
                      my: int, mx: int, top: int, left: int) -> None:
     images, h, wd, c = x.shape
@@ -58,7 +59,7 @@ def _input_transform(x: np.ndarray, v: np.ndarray, by_index: np.ndarray, by: np.
     tiles = v.shape[1]
     run = tw * c                                          # one row of tiles' (tile, channel)
     vf = v.reshape(v.size)
-    for job in prange(images * rows):
+    for job in range(start, stop):
         i = job // rows
         r = job - i * rows
         d = np.empty((ny, nx, run), dtype=np.float32)     # the row's tiles' pixels
@@ -98,8 +99,9 @@ def _input_transform(x: np.ndarray, v: np.ndarray, by_index: np.ndarray, by: np.
                 _combine(vf[start:start + run], tflat, offsets[:terms], bx[b2])
 
 
-@jit(parallel=True)
-def _output_transform(m: np.ndarray, y: np.ndarray, ay_index: np.ndarray, ay: np.ndarray,
+@jit()
+def _output_transform(start: int, stop: int,
+                      m: np.ndarray, y: np.ndarray, ay_index: np.ndarray, ay: np.ndarray,
                       ax_index: np.ndarray, ax: np.ndarray, nx: int, bias: np.ndarray,
                       first_row: int, rows: int, tw: int, code: int, a: np.float32,
                       b: np.float32) -> None:
@@ -108,7 +110,7 @@ def _output_transform(m: np.ndarray, y: np.ndarray, ay_index: np.ndarray, ay: np
     tiles = m.shape[1]
     run = tw * k
     mf = m.reshape(m.size)
-    for job in prange(images * rows):
+    for job in range(start, stop):
         i = job // rows
         r = job - i * rows
         t = np.empty((my, nx, run), dtype=np.float32)     # AT_y · m
@@ -175,14 +177,12 @@ class Transforms:
                 pad_top_left: tuple[int, int]) -> None:
         """V (ny·nx, images·rows·tw, C) of tile rows ``first_row``... of ``x`` (images, H,
         W, C), float32 and contiguous."""
-        use_threads()
-        _input_transform(x, v, *self.by, *self.bx, first_row, rows, tw, *self.tile,
-                         *pad_top_left)
+        spread(_input_transform, x.shape[0] * rows, v.size, x, v, *self.by, *self.bx,
+               first_row, rows, tw, *self.tile, *pad_top_left)
 
     def backward(self, m: np.ndarray, y: np.ndarray, bias: np.ndarray, first_row: int,
                  rows: int, tw: int, activation: tuple[int, np.float32, np.float32]) -> None:
         """Output rows of tile rows ``first_row``... into ``y`` (images, OH, OW, K) from the
         GEMMs' M (ny·nx, images·rows·tw, K): transform, bias, activation."""
-        use_threads()
-        _output_transform(m, y, *self.ay, *self.ax, self.nx, bias, first_row, rows, tw,
-                          *activation)
+        spread(_output_transform, y.shape[0] * rows, m.size, m, y, *self.ay, *self.ax,
+               self.nx, bias, first_row, rows, tw, *activation)
