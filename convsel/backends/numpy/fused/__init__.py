@@ -51,6 +51,11 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
+def alone(kernel: Callable[..., None], jobs: int, *args: Any) -> None:
+    """Run ``kernel(0, jobs, *args)`` in the calling thread (see :func:`spread`)."""
+    kernel(0, jobs, *args)
+
+
 def _workers(n: int) -> ThreadPoolExecutor:
     """The pool of helper threads (grown to ``n``); idle, they sleep on a queue."""
     global _pool
@@ -70,7 +75,13 @@ def spread(kernel: Callable[..., None], jobs: int, values: int, *args: Any) -> N
     cores they took the cores from OpenBLAS's threads in the GEMM that follows. Measured
     on the quiet host (2 pinned cores): every layer that mixed the two ran in about 8 ms
     (OpenMP layer) instead of 0.15-1.5; with the workqueue layer the GEMM after an im2col
-    ran at half speed. Python's pool threads sleep on a queue between kernels."""
+    ran at half speed. Python's pool threads sleep on a queue between kernels.
+
+    Kernels next to a GEMM (im2col, Winograd's transforms, the epilogue) run :func:`alone`
+    instead: after each GEMM OpenBLAS's own worker threads keep spinning on the other cores
+    for a while, so a second thread of ours only fights them for a core (quiet host, 2
+    cores: the ResNet-50 stem's im2col 3.3 ms spread over two threads, 0.4 expected from
+    one)."""
     n = max(1, min(thread_count(), jobs, values // MIN_VALUES_PER_THREAD))
     if n == 1:
         kernel(0, jobs, *args)

@@ -1,6 +1,7 @@
-"""Bias and activation after a GEMM, in one pass over the output, spread over the threads.
+"""Bias and activation after a GEMM, in one pass over the output (in the calling thread:
+the GEMM's threads have the other cores, :func:`~convsel.backends.numpy.fused.spread`).
 
-numpy adds the bias in one pass and applies an activation in one or more more (a clip is
+numpy adds the bias in one pass and applies an activation in one or more (a clip is
 two); here each block of rows gets both while it is in cache.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import jit, spread
+from . import alone, jit
 from .activation import activate
 
 ROWS_PER_BLOCK = 64   # rows of the output finished together (a block stays in L2)
@@ -37,5 +38,5 @@ def bias_activation(y: np.ndarray, bias: np.ndarray | None,
     with_bias = bias is not None
     rows = y.reshape(-1, k)
     blocks = -(-rows.shape[0] // ROWS_PER_BLOCK)
-    spread(_bias_activation, blocks, y.size, rows,
-           bias if with_bias else np.zeros(k, np.float32), with_bias, *activation)
+    alone(_bias_activation, blocks, rows, bias if with_bias else np.zeros(k, np.float32),
+          with_bias, *activation)

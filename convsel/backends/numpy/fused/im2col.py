@@ -3,7 +3,8 @@
 The pure numpy path first copies the input into a zero-padded buffer, then copies each
 receptive field out of it; here every row of the matrix (one output pixel: KH runs of
 KW·C values, then a 1 for the bias column when there is one) is written once, zeros where a
-run reaches into the padding, rows spread over the threads.
+run reaches into the padding, in the calling thread (the GEMM's threads have the other
+cores: :func:`~convsel.backends.numpy.fused.spread`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import uintp
 
-from . import jit, spread
+from . import alone, jit
 
 
 @jit()
@@ -62,5 +63,5 @@ def im2col(x: np.ndarray, cols: np.ndarray, first_row: int, kernel: tuple[int, i
     """Fill ``cols`` (images, rows, OW, KH·KW·C [+ 1]) with the receptive fields of output
     rows ``first_row``... of the images ``x`` (images, H, W, C), float32 and contiguous; the
     last column 1 when ``ones`` (the bias rides in the GEMM)."""
-    spread(_im2col, cols.shape[0] * cols.shape[1], cols.size, x, cols, first_row, *kernel,
-           *stride, *dilation, *pad_top_left, ones)
+    alone(_im2col, cols.shape[0] * cols.shape[1], x, cols, first_row, *kernel, *stride,
+          *dilation, *pad_top_left, ones)

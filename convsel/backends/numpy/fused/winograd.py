@@ -2,8 +2,9 @@
 
 The pure numpy path pads the input, gathers every tile into a matrix, multiplies it by the
 Kronecker transform in BLAS (36 multiply-adds per value for F(4x4, 3x3)), and after the
-per-position GEMMs does the same backwards plus one strided copy per tile position. Here a
-thread takes a row of tiles at a time:
+per-position GEMMs does the same backwards plus one strided copy per tile position. Here
+the calling thread (as every kernel next to a GEMM: :func:`~convsel.backends.numpy.fused.
+spread`) takes a row of tiles at a time:
 
 - input: copies the row's tile pixels (zeros outside the image: no padded copy) into a
   cache-resident buffer laid out (tile row, tile column, tile, channel), applies the
@@ -26,7 +27,7 @@ import numpy as np
 from numba import uintp
 
 from ....winograd_transforms import winograd_matrices_2d
-from . import jit, spread
+from . import alone, jit
 from .activation import activate
 
 
@@ -177,12 +178,12 @@ class Transforms:
                 pad_top_left: tuple[int, int]) -> None:
         """V (ny·nx, images·rows·tw, C) of tile rows ``first_row``... of ``x`` (images, H,
         W, C), float32 and contiguous."""
-        spread(_input_transform, x.shape[0] * rows, v.size, x, v, *self.by, *self.bx,
-               first_row, rows, tw, *self.tile, *pad_top_left)
+        alone(_input_transform, x.shape[0] * rows, x, v, *self.by, *self.bx, first_row, rows,
+              tw, *self.tile, *pad_top_left)
 
     def backward(self, m: np.ndarray, y: np.ndarray, bias: np.ndarray, first_row: int,
                  rows: int, tw: int, activation: tuple[int, np.float32, np.float32]) -> None:
         """Output rows of tile rows ``first_row``... into ``y`` (images, OH, OW, K) from the
         GEMMs' M (ny·nx, images·rows·tw, K): transform, bias, activation."""
-        spread(_output_transform, y.shape[0] * rows, m.size, m, y, *self.ay, *self.ax,
-               self.nx, bias, first_row, rows, tw, *activation)
+        alone(_output_transform, y.shape[0] * rows, m, y, *self.ay, *self.ax, self.nx, bias,
+              first_row, rows, tw, *activation)
