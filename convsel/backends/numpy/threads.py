@@ -20,6 +20,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity), else the machine's count."""
     try:
