@@ -315,7 +315,7 @@ def print_targets(t: dict[str, Any]) -> None:
 
 def _libraries() -> dict[str, Any]:
     """The thread pools and accelerator in use: threadpoolctl's view of BLAS/OpenMP (with
-    OpenBLAS's detected core type), numba's version and threading layer."""
+    OpenBLAS's detected core type), numba's version and the CPU it compiles for."""
     out: dict[str, Any] = {}
     try:
         from threadpoolctl import threadpool_info
@@ -324,11 +324,13 @@ def _libraries() -> dict[str, Any]:
         out["threadpools"] = None
     if accel.enabled():
         import numba
+        from llvmlite import binding
+
         out["numba"] = numba.__version__
-        try:
-            out["numba_threading_layer"] = numba.threading_layer()
-        except ValueError:   # no parallel kernel ran
-            out["numba_threading_layer"] = None
+        # the CPU numba compiles for: a kernel's speed depends on the vector width it picks
+        out["numba_cpu"] = numba.config.CPU_NAME or binding.get_host_cpu_name()
+        out["numba_cpu_features"] = numba.config.CPU_FEATURES or binding.get_host_cpu_features(
+            ).flatten()
     return out
 
 
