@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ... import config
 from ...verdict import Verdict
+from . import accel
+from .threads import describe_threads, thread_count
 
 
 def available() -> Verdict:
@@ -22,11 +23,12 @@ def get_runtime(device: Any = None) -> None:
 
 def device_identity(runtime: Any = None) -> dict[str, str]:
     """What decides this backend's speed, as the tuning database's device key: the CPU model,
-    numpy with its BLAS, and the BLAS thread settings (a winner timed with one BLAS thread is
-    not the winner with two)."""
+    numpy with its BLAS, the thread settings (a winner timed with one BLAS thread is not the
+    winner with two; see :mod:`.threads`) and whether the fused kernels run (:mod:`.accel`)."""
     return {"backend": "numpy", "vendor": platform.machine(),
             "name": _cpu_model() or platform.processor() or platform.machine(),
-            "driver": f"numpy {np.__version__}, {_blas()}; {_blas_threads()}"}
+            "driver": f"numpy {np.__version__}, {_blas()}; {describe_threads()}; "
+                      f"{accel.describe()}"}
 
 
 def _blas() -> str:
@@ -45,19 +47,14 @@ def _cpu_model() -> str:
     return ""
 
 
-def _blas_threads() -> str:
-    settings = [f"{v}={value}" for v, value in config.current().blas_thread_variables().items()]
-    return ", ".join(settings) or f"default threads ({os.cpu_count()} CPUs)"
-
-
 def describe() -> dict[str, Any]:
-    """JSON-ready state for the service's /v1/backends: availability, the one CPU "device"
-    and how many threads its FFT uses (the cores this process may run on). Which algorithms
-    it implements is the backends table's to say (``convsel.backends.IMPLEMENTATIONS``; the
+    """JSON-ready state for the service's /v1/backends: availability, the one CPU "device",
+    how many threads its FFT and fused kernels use (the cores this process may run on,
+    unless set: :mod:`.threads`) and whether the fused kernels run. Which algorithms it
+    implements is the backends table's to say (``convsel.backends.IMPLEMENTATIONS``; the
     service lists them beside this): the package never imports the table that imports it."""
-    from .common import WORKERS
-
     ready = available()
     return {"backend": "numpy", "available": ready.ok, "reason": ready.reason,
             "devices": [device_identity()],
-            "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": WORKERS}}
+            "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": thread_count()},
+            "fused_kernels": accel.describe()}
