@@ -15,13 +15,14 @@ The shipped, read-only layer beneath the user's store is :mod:`convsel.tuning.sy
 """
 
 from .checks import LIMITS, Limits
-from .devices import device_classes, resolve
+from .devices import device_classes, resolve, stored_class
 from .jobs import fit_class
 from .jobs import get as get_fit_job
 from .jobs import run as run_fit_job
+from .jobs import stop as stop_fit_job
 from .jobs import submit as submit_fit_job
 from .uploads import Outcome, UploadRefused, UploadReport, receive, uploads_of
 
 __all__ = ["LIMITS", "Limits", "Outcome", "UploadRefused", "UploadReport", "device_classes",
-           "fit_class", "get_fit_job", "receive", "resolve", "run_fit_job", "submit_fit_job",
-           "uploads_of"]
+           "fit_class", "get_fit_job", "receive", "resolve", "run_fit_job", "stop_fit_job",
+           "stored_class", "submit_fit_job", "uploads_of"]

@@ -38,7 +38,7 @@ def resolve(backend: str, name: str, db: TuningDB | None) -> dict[str, str] | No
         hit = _resolved.get(key)
     if hit is not None and now - hit[0] < RESOLVE_TTL_S:
         return dict(hit[1]) if hit[1] is not None else None
-    found = (_in_store(db, backend, name) if db is not None else None) \
+    found = (stored_class(db, backend, name) if db is not None else None) \
         or system.find_class(backend, name)
     with _lock:
         if len(_resolved) > 4096:
@@ -47,7 +47,9 @@ def resolve(backend: str, name: str, db: TuningDB | None) -> dict[str, str] | No
     return dict(found) if found is not None else None
 
 
-def _in_store(db: TuningDB, backend: str, name: str) -> dict[str, str] | None:
+def stored_class(db: TuningDB, backend: str, name: str) -> dict[str, str] | None:
+    """The identity of the device class called ``name`` on ``backend`` in the store ``db``
+    only (see :func:`resolve`), or None."""
     rows = db.rows("SELECT vendor, driver, SUM(CASE WHEN convsel_version=? AND "
                    "implementations_version=? THEN 1 ELSE 0 END), COUNT(*) FROM entries "
                    "WHERE backend=? AND device=? GROUP BY vendor, driver",
@@ -136,4 +138,5 @@ def model_status(meta: dict[str, Any], current: bool) -> str:
     return "rejected" if meta.get("accepted") is False else "in use"
 
 
-__all__ = ["CLASS", "DEVICE_FIELDS", "device_classes", "model_status", "resolve"]
+__all__ = ["CLASS", "DEVICE_FIELDS", "device_classes", "model_status", "resolve",
+           "stored_class"]

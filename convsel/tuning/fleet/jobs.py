@@ -78,6 +78,14 @@ def _finish(db: TuningDB, job_id: str, status: str, result: Mapping[str, Any] | 
                     job_id))
 
 
+def stop(db: TuningDB, job_id: str, why: str) -> None:
+    """Mark the job failed with ``why``, unless it finished (its worker was stopped)."""
+    with db.transaction("the job's outcome was not recorded") as tx:
+        tx.execute("UPDATE fit_jobs SET status='failed', finished=?, result=? WHERE id=? AND "
+                   "status IN ('queued', 'running')",
+                   (time.time(), json.dumps({"error": why}), job_id))
+
+
 def run(target: str | None, job_id: str, families: Sequence[str] | None = None) -> str:
     """Run the job ``job_id`` of the store at ``target`` (path or URL): the worker process's
     entry point. Returns the job's final status; the outcome is in the store."""
@@ -128,4 +136,4 @@ def fit_class(db: TuningDB, backend: str, ident: Mapping[str, str], *,
             "fit_seconds": meta.get("fit_seconds")}
 
 
-__all__ = ["STATUSES", "fit_class", "get", "latest_jobs", "run", "submit"]
+__all__ = ["STATUSES", "fit_class", "get", "latest_jobs", "run", "stop", "submit"]
