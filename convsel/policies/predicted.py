@@ -154,7 +154,7 @@ def _why(ranking: list[Ranked], model: StoredModel, acl: Selection) -> str:
     win = ranking[0]
     ident = model.identity()
     device = ident["device"].get("name", "?")
-    shipped = f" shipped in {system.LOCATION}" if model.meta.get("layer") == "system" else ""
+    shipped = f"; from {system.LOCATION}" if model.meta.get("layer") == "system" else ""
     text = (f"model {model.id} ({model.family}, fitted on {model.training_problems} shapes "
             f"timed on {device}{shipped}) predicts {win.label} fastest: "
             f"{win.predicted_s * 1e3:.3g} ms (×/÷ {win.factor:.2f})")
