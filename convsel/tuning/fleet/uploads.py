@@ -45,6 +45,9 @@ _UPLOAD_INSERT = upsert("uploads", UPLOAD_COLUMNS, (*ENTRY_KEY, "digest"))
 # advisory lock per class; SQLite's BEGIN IMMEDIATE already serialises every writer).
 _LOCK_SPACE = int.from_bytes(b"flt", "big")
 _CHUNK = 200   # problems per IN (...) list
+# An entry combines at most this many measurements, the newest: robust statistics need no more,
+# and a key uploaded by thousands of devices costs the same to merge as one by 64.
+MAX_MERGED = 64
 STORED_BEFORE = "(stored before uploads)"
 STATUSES = ("accepted", "merged", "flagged", "rejected")
 MODELS_IGNORED = ("the upload's 'models' are not taken: the server fits its own (POST "
@@ -184,15 +187,18 @@ def _rejected(index: int, exc: InvalidProblemError) -> Outcome:
 # -- the transaction -----------------------------------------------------------------------------
 @dataclass
 class _Key:
-    """One entry key's state inside the transaction."""
+    """One entry key's state inside the transaction: its stored entry and its uploads, as
+    (digest, status, the measurement or its row, parsed only when merged)."""
 
     entry: TuningEntry | None
-    uploads: list[tuple[str, str, TuningEntry]] = field(default_factory=list)  # digest, status
+    uploads: list[tuple[str, str, TuningEntry | Sequence[Any]]] = field(default_factory=list)
     changed: bool = False
 
     @property
     def merged(self) -> list[TuningEntry]:
-        return [e for _, status, e in self.uploads if status != "flagged"]
+        """The newest :data:`MAX_MERGED` measurements that were merged (not flagged)."""
+        kept = [u for u in self.uploads if u[1] != "flagged"][-MAX_MERGED:]
+        return [e if isinstance(e, TuningEntry) else _upload_entry(e) for _, _, e in kept]
 
 
 def digest(entry: TuningEntry) -> str:
@@ -252,8 +258,9 @@ def _take(index: int, state: _Key, entry: TuningEntry, uploader: str, received: 
                         + unused, entry, state.entry)
     was = _verdict_text(state.entry)
     _add(state, rows, entry, fingerprint, uploader, received, "merged", "")
-    state.entry, state.changed = combine(state.merged), True
-    return _outcome(index, "merged", f"combined with {len(state.merged) - 1} earlier "
+    measurements = state.merged
+    state.entry, state.changed = combine(measurements), True
+    return _outcome(index, "merged", f"combined with {len(measurements) - 1} earlier "
                     f"measurement(s): {_verdict_text(state.entry)} (was {was})" + unused,
                     entry, state.entry)
 
@@ -302,8 +309,7 @@ def _read_keys(tx: Transaction, entries: Sequence[TuningEntry]) -> dict[tuple[st
                                f"{where} AND problem IN ({marks}) ORDER BY received, digest",
                                (*prefix, *chunk)):
                 key = tuple(row[:len(ENTRY_KEY)])
-                keys[key].uploads.append((row[len(ENTRY_KEY)], row[len(ENTRY_KEY) + 3],
-                                          _upload_entry(row)))
+                keys[key].uploads.append((row[len(ENTRY_KEY)], row[len(ENTRY_KEY) + 3], row))
     return keys
 
 
