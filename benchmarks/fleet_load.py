@@ -352,31 +352,29 @@ async def run(args: argparse.Namespace, db_url: str, logs: Path) -> dict[str, An
 
 
 def render(result: dict[str, Any]) -> str:
-    s, u = result["select"], result["upload"]
+    s, u, r = result["select"], result["upload"], result
     down = s["while_a_replica_was_down"]
 
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
-    return "\n".join([
-        f"fleet load on {result['machine']} ({result['cpus']} CPUs, load {result['load_1m_before']}"
-        f" before), {result['replicas']} replicas x {result['workers_per_replica']} worker(s) "
-        f"on {result['store']}, {result['seconds']} s",
-        f"  replica 0 SIGKILLed at {result['killed_at_s']} s, ready again after "
-        f"{result['restarted_ready_s']} s; {result['failovers']} requests failed over",
-        f"  select (policy measured, device {BOARD['name']!r}, {result['selectors']} clients): "
-        f"{s['requests']} answered, {s['per_s']}/s, p50 {ms(s['p50_ms'])} ms, p99 "
-        f"{ms(s['p99_ms'])} ms; while a replica was down: p50 {ms(down['p50_ms'])} ms, p99 "
-        f"{ms(down['p99_ms'])} ms ({down['count']}); errors {s['errors']}; sources "
-        f"{s['sources']}",
-        f"  upload ({result['uploaders']} clients x {result['batch']} entries): "
-        f"{u['acknowledged']} acknowledged, {u['per_s']}/s ({u['entries_per_s']} entries/s), "
-        f"p50 {ms(u['p50_ms'])} ms, p99 {ms(u['p99_ms'])} ms; errors {u['errors']}; outcomes "
-        f"{u['outcomes']}",
-        f"  store: entries promised {result['promised']['entries']}, stored "
-        f"{result['stored']['entries']}; uploads promised {result['promised']['uploads']}, "
-        f"stored {result['stored']['uploads']} ({result['stored']['flagged']} flagged); lost "
-        f"{result['lost']}",
-    ])
+    head = (f"fleet load on {r['machine']} ({r['cpus']} CPUs, load {r['load_1m_before']} "
+            f"before), {r['replicas']} replicas x {r['workers_per_replica']} worker(s) on "
+            f"{r['store']}, {r['seconds']} s")
+    kill = (f"  replica 0 SIGKILLed at {r['killed_at_s']} s, ready again after "
+            f"{r['restarted_ready_s']} s; {r['failovers']} requests failed over")
+    select = (f"  select (policy measured, device {BOARD['name']!r}, {r['selectors']} "
+              f"clients): {s['requests']} answered, {s['per_s']}/s, p50 {ms(s['p50_ms'])} ms, "
+              f"p99 {ms(s['p99_ms'])} ms; while a replica was down: p50 {ms(down['p50_ms'])} "
+              f"ms, p99 {ms(down['p99_ms'])} ms ({down['count']}); errors {s['errors']}; "
+              f"sources {s['sources']}")
+    upload = (f"  upload ({r['uploaders']} clients x {r['batch']} entries): "
+              f"{u['acknowledged']} acknowledged, {u['per_s']}/s ({u['entries_per_s']} "
+              f"entries/s), p50 {ms(u['p50_ms'])} ms, p99 {ms(u['p99_ms'])} ms; errors "
+              f"{u['errors']}; outcomes {u['outcomes']}")
+    store = (f"  store: entries promised {r['promised']['entries']}, stored "
+             f"{r['stored']['entries']}; uploads promised {r['promised']['uploads']}, stored "
+             f"{r['stored']['uploads']} ({r['stored']['flagged']} flagged); lost {r['lost']}")
+    return "\n".join([head, kill, select, upload, store])
 
 
 def main(argv: list[str] | None = None) -> int:
