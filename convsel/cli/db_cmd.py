@@ -217,4 +217,6 @@ ACTIONS: dict[str, Action] = {
                  _add_rm, _rm),
     "prune": Action("remove the entries and models this convsel never uses (other convsel "
                     "or implementations versions)", _add_prune, _prune),
+    "push": elsewhere("convsel.cli.push_cmd", "send the entries to a convsel server's shared "
+                      "store (POST /v1/tuning/entries)"),
 }

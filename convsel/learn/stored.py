@@ -75,7 +75,8 @@ class StoredModel:
                 "convsel_version": self.meta.get("convsel_version"),
                 "implementations_version": self.meta.get("implementations_version"),
                 "held_out_geomean_regret": held.get("geomean_regret"),
-                "held_out_fastest_share": held.get("fastest_share")}
+                "held_out_fastest_share": held.get("fastest_share"),
+                "layer": str(self.meta.get("layer", "user"))}   # "system": shipped with convsel
 
     def rank(self, problem: Any, variants: Sequence[tuple[str, str, Mapping[str, Any]]],
              ) -> list[Ranked]:

@@ -21,6 +21,7 @@ from ..problem import ConvProblem
 from ..rules import Rules
 from ..selection import Selection, acl_selection
 from ..targets import Target
+from ..tuning import system
 from ..tuning.db import TuningDB, open_db
 from ..tuning.measure import Shortlist, candidates
 from ..verdict import TraceStep
@@ -49,16 +50,25 @@ class PredictedPolicy:
 def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None, str]:
     """The model for ``backend``/``device`` in ``db``, or None with why not."""
     try:
-        ident = identity(backend, device)
+        ident = identity(backend, device, db)
+    except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
+        return None, f"tuning database unavailable ({exc})"
+    try:
         database = open_db(db, create=False)   # a lookup never makes a store
         record = database.load_model(model_key(backend, ident))
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
-        return None, f"tuning database unavailable ({exc})"
+        # the shipped layer beneath answers even without the user's store
+        record, unavailable = None, f"tuning database unavailable ({exc})"
+    else:
+        unavailable = ""
+    record = record or system.load_model(model_key(backend, ident))
+    if record is None and unavailable:
+        return None, unavailable
     where = f"{backend} on {ident['name']} ({ident['driver']})"
     if record is None:
         return None, (f"no model for {where} in {database.path} (fitted by this convsel and "
-                      f"these implementations); run `convsel tune --sample 200` then "
-                      f"`convsel fit`")
+                      f"these implementations) or in {system.LOCATION}; run `convsel tune "
+                      f"--sample 200` then `convsel fit`")
     try:
         return decode(record), ""
     except ModelError as exc:
@@ -144,9 +154,10 @@ def _why(ranking: list[Ranked], model: StoredModel, acl: Selection) -> str:
     win = ranking[0]
     ident = model.identity()
     device = ident["device"].get("name", "?")
+    shipped = f"; from {system.LOCATION}" if model.meta.get("layer") == "system" else ""
     text = (f"model {model.id} ({model.family}, fitted on {model.training_problems} shapes "
-            f"timed on {device}) predicts {win.label} fastest: {win.predicted_s * 1e3:.3g} ms "
-            f"(×/÷ {win.factor:.2f})")
+            f"timed on {device}{shipped}) predicts {win.label} fastest: "
+            f"{win.predicted_s * 1e3:.3g} ms (×/÷ {win.factor:.2f})")
     if len(ranking) > 1:
         second = ranking[1]
         ratio = second.predicted_s / win.predicted_s
