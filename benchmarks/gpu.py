@@ -1,21 +1,35 @@
-"""convsel's OpenCL kernels against cuDNN on one GPU, in one run: every OpenCL algorithm and
-its variants on the distinct layers of a few nets at batch 1 and 32, each output checked
-against a float64 reference on the same inputs, cuDNN timed on the same shapes.
+"""convsel's OpenCL kernels against cuDNN on one GPU, in one run, in three precisions: every
+OpenCL algorithm and its variants on the distinct layers of a few nets at batch 1 and 32,
+each output checked against a float64 reference on the same inputs, cuDNN timed on the same
+shapes in the same precision.
 
     python benchmarks/gpu.py [--net resnet50 --net vgg16 ...] [--batch 1 --batch 32]
         [--repeats 7] [--budget-s 480] [--max-variants 8] [--out results.json]
 
+Precisions. fp32: the F32 problem, exact float arithmetic, against cuDNN with TF32 off.
+tf32: the same problem with fast_math on, so the TF32 tensor-core variants may run too
+(fastest of exact and TF32), against cuDNN with ``allow_tf32`` (PyTorch's default for
+convolutions). fp16: the F16 problem (implicit_gemm, gemm_1x1 and winograd in F16 storage,
+and the F16 tensor-core variants), against cuDNN half on channels_last.
+
 Timing. convsel: kernel time from OpenCL profiling events (the sum over a prepared
 convolution's launches), input uploaded once, median of ``--repeats`` runs after a warm-up
 run (which also builds and code-generates). cuDNN: ``torch.nn.functional.conv2d`` on
-channels_last tensors, ``cudnn.benchmark = True``, CUDA events around each call, median of
-``--repeats`` after warm-up; float32 with TF32 off (the comparison), TF32 and half for the
-record. At batch 1 CUDA events include launch latency that profiling events do not.
+channels_last tensors, ``cudnn.benchmark = True``, CUDA events around a loop of ``LOOP``
+back-to-back calls (as a network runs them; the median of ``--repeats`` loops, divided by
+``LOOP``); the single-call figure (events around one call, which adds launch latency that
+profiling events do not count) is kept beside it as ``cudnn_single_s``.
+
+Ceilings. The float32 one is cuBLAS SGEMM's (51 TFLOP/s, issue 12); the tensor-core ones
+are measured at start by a register-only loop of independent mma.sync per warp over the
+whole GPU (``tc_ceiling``), and each layer's tensor-core best is reported as a fraction.
 
 Checking. The float64 reference is cuDNN's float64 convolution on the GPU (checked once
-against convsel.reference.conv2d_reference at start); the error is
-max|y - ref| / max(sum|x|*|w|), the correctness suite's measure, against its bounds
-(tests/tolerances.py). A candidate that fails is reported and not counted as fastest.
+against convsel.reference.conv2d_reference at start) of the inputs as the problem holds them
+(F16 ones for fp16). Exact candidates: max|y - ref| / max(sum|x|*|w|) against the
+correctness suite's bounds (tests/tolerances.py); tensor-core candidates: per output,
+|y - ref| / (sum|x|*|w|) against ``mma.error_bound``. A candidate that fails is reported and
+not counted as fastest.
 
 Budget: when ``--budget-s`` runs out, the layers left are skipped and listed; the JSON is
 rewritten after every layer, so a run cut short still leaves its figures.
@@ -41,7 +55,13 @@ from tolerances import tolerance  # noqa: E402
 
 from convsel import algorithms  # noqa: E402
 from convsel.backends import implementation  # noqa: E402
-from convsel.backends.opencl import device_identity, device_info, get_runtime  # noqa: E402
+from convsel.backends.opencl import (  # noqa: E402
+    device_identity,
+    device_info,
+    get_runtime,
+    mma,  # noqa: E402
+)
+from convsel.backends.opencl import program as cl_program  # noqa: E402
 from convsel.errors import ConvselError  # noqa: E402
 from convsel.problem import ConvProblem  # noqa: E402
 from convsel.reference import conv2d_reference  # noqa: E402
@@ -49,6 +69,9 @@ from convsel.rules import load_rules  # noqa: E402
 from convsel.tuning.layers import Layer, distinct, load_layers  # noqa: E402
 
 CEILING_TFLOPS = 51.0     # cuBLAS SGEMM on 8192^3 on the H100 (issue 12)
+LOOP = 20                 # cuDNN calls back to back per timed loop
+F16_ALGORITHMS = ("implicit_gemm", "gemm_1x1", "winograd")   # the F32 winners, in F16
+PRECISIONS = ("fp32", "tf32", "fp16")
 DEV = "cuda"              # "cpu" when torch has no GPU: a smoke test of this script only
 OPENCL_ALGORITHMS = tuple(a for a in algorithms.TIMING_ORDER
                           if "opencl" in algorithms.spec(a).backends)
@@ -65,19 +88,21 @@ def torch_pad(p: ConvProblem) -> tuple[int, int, int, int]:
 
 
 def reference64(torch: Any, p: ConvProblem, x: np.ndarray, w: np.ndarray,
-                ) -> tuple[Any, float]:
-    """(float64 output NHWC on the GPU, the error scale max sum|x|*|w|)."""
+                ) -> tuple[Any, Any]:
+    """(float64 output NHWC on the GPU, the error scale sum|x|*|w| of each output)."""
     f = torch.nn.functional
     xt = torch.from_numpy(x).to(DEV).double().permute(0, 3, 1, 2)
     wt = torch.from_numpy(w).to(DEV).double().permute(0, 3, 1, 2)      # OHWI -> OIHW
     xt = f.pad(xt, torch_pad(p))
     y = f.conv2d(xt, wt, **torch_conv_args(p))
-    scale = f.conv2d(xt.abs(), wt.abs(), **torch_conv_args(p)).max().item()
-    return y.permute(0, 2, 3, 1).contiguous(), float(scale) or 1.0
+    scale = f.conv2d(xt.abs(), wt.abs(), **torch_conv_args(p)).permute(0, 2, 3, 1)
+    return y.permute(0, 2, 3, 1).contiguous(), scale.clamp_min(1e-30).contiguous()
 
 
-def time_cudnn(torch: Any, p: ConvProblem, mode: str, repeats: int) -> float:
-    """Median seconds of one F.conv2d call, channels_last, in ``mode`` fp32|tf32|fp16."""
+def time_cudnn(torch: Any, p: ConvProblem, mode: str, repeats: int) -> dict[str, float]:
+    """Seconds per F.conv2d call, channels_last, in ``mode`` fp32|tf32|fp16: ``loop_s``
+    (events around LOOP back-to-back calls, median over ``repeats`` loops, per call) and
+    ``single_s`` (events around one call, median of ``repeats``)."""
     f = torch.nn.functional
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = mode == "tf32"
@@ -89,35 +114,92 @@ def time_cudnn(torch: Any, p: ConvProblem, mode: str, repeats: int) -> float:
     wt = torch.randn(p.k, p.c // p.groups, p.kh, p.kw, device=DEV,
                      dtype=dtype).to(memory_format=torch.channels_last)
     args = torch_conv_args(p)
+
+    def timed(calls: int) -> float:
+        if DEV != "cuda":
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                f.conv2d(xt, wt, **args)
+            return (time.perf_counter() - t0) / calls
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            f.conv2d(xt, wt, **args)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3 / calls
+
     with torch.no_grad():
         for _ in range(3):
             f.conv2d(xt, wt, **args)
-        samples = []
-        for _ in range(repeats):
-            if DEV != "cuda":
-                t0 = time.perf_counter()
-                f.conv2d(xt, wt, **args)
-                samples.append(time.perf_counter() - t0)
-                continue
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            f.conv2d(xt, wt, **args)
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e-3)
+        single = statistics.median(timed(1) for _ in range(repeats))
+        loop = statistics.median(timed(LOOP) for _ in range(repeats))
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    return statistics.median(samples)
+    return {"loop_s": loop, "single_s": single}
+
+
+# -- the tensor-core ceiling -------------------------------------------------------------------
+CEILING_SOURCE = """
+// Register-only mma.sync: every warp runs ITERS rounds of CHAINS independent mma.sync on
+// fragments made from its lane id; the sums are stored so nothing is optimised away.
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void mma_ceiling(__global float* out, int iters) {
+    const int lane = get_local_id(0) & 31;
+    const uint a0 = 0x3f800000u ^ (uint)lane, a1 = a0 + 1u, a2 = a0 + 2u, a3 = a0 + 3u;
+    const uint b0 = 0x3c003c00u ^ (uint)lane, b1 = b0 + 1u;
+    float acc[8][4];
+    for (int c = 0; c < 8; ++c)
+        for (int r = 0; r < 4; ++r) acc[c][r] = 0.0f;
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) MMA(acc[c], a0, a1, a2, a3, b0, b1);
+    }
+    float sum = 0.0f;
+    for (int c = 0; c < 8; ++c)
+        for (int r = 0; r < 4; ++r) sum += acc[c][r];
+    out[get_global_id(0)] = sum;
+}
+"""
+
+
+def tc_ceiling(runtime: Any, math_mode: str, iters: int = 4096) -> float | None:
+    """TFLOP/s of the register-only mma.sync loop (best of 3 launches), or None when the
+    device has no tensor cores."""
+    import pyopencl as cl
+
+    if not mma.tensor_cores(runtime).ok:
+        return None
+    source = cl_program.kernel_source("mma") + CEILING_SOURCE
+    program = runtime.program(source, (f"-DMATH_{math_mode.upper()}",))
+    groups = 8 * int(runtime.device.max_compute_units)
+    out = cl.Buffer(runtime.context, cl.mem_flags.WRITE_ONLY, size=groups * 128 * 4)
+    kernel = cl.Kernel(program, "mma_ceiling")
+    kernel.set_args(out, np.int32(iters))
+    k = 8 if math_mode == "tf32" else 16
+    flops = groups * 4 * iters * 8 * (2 * 16 * 8 * k)
+    best = math.inf
+    for _ in range(4):
+        event = cl.enqueue_nd_range_kernel(runtime.queue, kernel, (groups * 128,), (128,))
+        event.wait()
+        best = min(best, (event.profile.end - event.profile.start) * 1e-9)
+    return flops / best / 1e12
 
 
 # -- convsel's OpenCL kernels -----------------------------------------------------------------
-def candidates(p: ConvProblem, rules: Any, max_variants: int) -> list[tuple[str, dict]]:
+def candidates(p: ConvProblem, rules: Any, max_variants: int,
+               names: tuple[str, ...] = OPENCL_ALGORITHMS) -> list[tuple[str, dict]]:
+    """Every (algorithm, resolved params) to time: each algorithm's first ``max_variants``
+    exact variants and all its tensor-core ones (those the problem's dtype and fast_math
+    allow)."""
     out = []
-    for alg in OPENCL_ALGORITHMS:
+    for alg in names:
         if not algorithms.supports(alg, p, rules).ok:
             continue
-        for params in algorithms.variants(alg, p, rules)[:max_variants]:
+        found = algorithms.variants(alg, p, rules)
+        exact = [v for v in found if "math" not in v][:max_variants]
+        for params in exact + [v for v in found if "math" in v]:
             verdict = algorithms.supports(alg, p, rules, params)
             if verdict.ok:
                 out.append((alg, {**params, **verdict.params}))
@@ -136,7 +218,7 @@ def kernel_seconds(kernel: Any, repeats: int) -> list[float]:
 
 
 def run_candidate(torch: Any, p: ConvProblem, alg: str, params: dict, runtime: Any,
-                  x: np.ndarray, w: np.ndarray, ref: Any, scale: float,
+                  x: np.ndarray, w: np.ndarray, ref: Any, scale: Any,
                   repeats: int) -> dict[str, Any]:
     module = implementation(alg, "opencl")
     verdict = module.supports(p, params, runtime)
@@ -148,16 +230,25 @@ def run_candidate(torch: Any, p: ConvProblem, alg: str, params: dict, runtime: A
     prepare_s = time.perf_counter() - started
     yt = torch.from_numpy(y).to(DEV).double()
     finite = bool(torch.isfinite(yt).all().item())
-    err = float((yt - ref).abs().max().item()) / scale if finite else math.inf
-    bound = tolerance(alg, p.dtype)
+    diff = (yt - ref).abs()
+    err = float(diff.max().item()) / float(scale.max().item()) if finite else math.inf
+    math_mode = params.get("math")
+    if math_mode is None:
+        bound = tolerance(alg, p.dtype)
+        check = err
+    else:            # tensor cores: per output, against its own sum of |products|
+        splits = max(1, int(kernel.workspace_bytes) // (4 * y.size))    # split-K partials
+        bound = mma.error_bound(math_mode, p.dtype, p.kh * p.kw * p.c, splits)
+        check = float((diff / scale).max().item()) if finite else math.inf
     first = kernel_seconds(kernel, 1)[0]
     # slow candidates get fewer runs: they cannot be the fastest, and time is short
     samples = [first] + kernel_seconds(kernel, repeats - 1 if first < 0.02 else 2)
     kernel_s = statistics.median(samples)
     return {"kernel_s": kernel_s, "samples_s": samples, "prepare_s": prepare_s,
-            "gflops": p.flops / kernel_s / 1e9, "error": err, "bound": bound,
-            "correct": finite and err <= bound, "workspace_bytes": kernel.workspace_bytes,
-            "steps": [s.name for s in kernel.steps]}
+            "gflops": p.flops / kernel_s / 1e9, "error": err, "checked_error": check,
+            "bound": bound, "correct": finite and check <= bound,
+            "math": mma.math_description(math_mode, p.dtype),
+            "workspace_bytes": kernel.workspace_bytes, "steps": [s.name for s in kernel.steps]}
 
 
 def label(alg: str, params: dict) -> str:
@@ -190,21 +281,29 @@ def geomean(values: list[float]) -> float | None:
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per net and batch, per precision: geomean, max and min of best convsel / cuDNN (loop
+    timed), layers above 1.5x, and the fp32 geomean against single-call cuDNN timing."""
     out: dict[str, Any] = {}
     for net in sorted({r["net"] for r in rows}):
         for batch in sorted({r["batch"] for r in rows}):
-            mine = [r for r in rows if r["net"] == net and r["batch"] == batch
-                    and r.get("ratio_fp32")]
-            if not mine:
-                continue
-            ratios = [r["ratio_fp32"] for r in mine]
-            wino = [r["winograd_ratio_fp32"] for r in mine if r.get("winograd_ratio_fp32")]
-            out[f"{net}_b{batch}"] = {
-                "layers": len(mine), "geomean_vs_cudnn_fp32": geomean(ratios),
-                "max_ratio": max(ratios), "min_ratio": min(ratios),
-                "layers_above_1_5": sum(v > 1.5 for v in ratios),
-                "winograd_3x3s1_layers": len(wino),
-                "winograd_3x3s1_beating_cudnn": sum(v < 1.0 for v in wino)}
+            mine = [r for r in rows if r["net"] == net and r["batch"] == batch]
+            entry: dict[str, Any] = {}
+            for prec in PRECISIONS:
+                ratios = [r[f"ratio_{prec}"] for r in mine if r.get(f"ratio_{prec}")]
+                if not ratios:
+                    continue
+                single = [r[f"ratio_{prec}_single_call"] for r in mine
+                          if r.get(f"ratio_{prec}_single_call")]
+                entry[prec] = {"layers": len(ratios), "geomean_vs_cudnn": geomean(ratios),
+                               "geomean_vs_cudnn_single_call": geomean(single),
+                               "max_ratio": max(ratios), "min_ratio": min(ratios),
+                               "layers_above_1_5": sum(v > 1.5 for v in ratios)}
+                fractions = [r[f"best_{prec}_fraction_of_tc_ceiling"] for r in mine
+                             if r.get(f"best_{prec}_fraction_of_tc_ceiling")]
+                if fractions:
+                    entry[prec]["geomean_fraction_of_tc_ceiling"] = geomean(fractions)
+            if entry:
+                out[f"{net}_b{batch}"] = entry
     return out
 
 
@@ -218,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithm", action="append", choices=OPENCL_ALGORITHMS)
     parser.add_argument("--limit", type=int, default=None, help="first N layers per net")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--ablation", action="store_true",
+                        help="first time each tensor-core pipeline step on a few layers")
     args = parser.parse_args(argv)
     import torch
 
@@ -228,24 +329,31 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batch or [32, 1]
     runtime, rules = get_runtime(None), load_rules()
     ident = device_identity(runtime)
+    ceilings = {m: tc_ceiling(runtime, m) for m in mma.MATH_MODES}
     meta = {"opencl": {**ident, **device_info(runtime.device)},
+            "tensor_cores": mma.tensor_cores(runtime).reason,
+            "tc_ceiling_tflops": ceilings,
             "cuda_device": torch.cuda.get_device_name(0) if DEV == "cuda" else None,
             "torch": torch.__version__,
             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
             "ceiling_tflops": CEILING_TFLOPS, "nets": nets, "batches": batches,
-            "repeats": args.repeats, "max_variants": args.max_variants,
+            "repeats": args.repeats, "max_variants": args.max_variants, "cudnn_loop": LOOP,
             "reference": "torch float64 conv2d on the GPU",
             "reference_vs_convsel_reference_max_abs": check_reference(torch),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(f"OpenCL: {ident['name']} driver {ident['driver']}; cuDNN {meta['cudnn']}; "
           f"torch {torch.__version__}", flush=True)
+    print(f"tensor cores: {meta['tensor_cores']}; register-only mma.sync ceiling (TFLOP/s): "
+          f"{ceilings}", flush=True)
+    if args.ablation and mma.tensor_cores(runtime).ok:
+        meta["ablation"] = ablation(torch, runtime, rules, args)
     out = args.out or ROOT / "benchmarks" / "results" / "gpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     left: list[str] = []
     rng = np.random.default_rng(0)
-    print(f"{'net/layer':<34} {'b':>2} {'best convsel':<40} {'ms':>8} {'GFLOP/s':>8} "
-          f"{'%51T':>5} {'cuDNN ms':>8} {'ratio':>6} {'tf32':>6} {'fp16':>6}", flush=True)
+    print("layer, batch | precision: best convsel ms, cuDNN ms (loop), ratio, best tensor-core "
+          "variant's share of the mma.sync ceiling | best tf32 / fp16 candidates", flush=True)
     for net in nets:
         for batch in batches:
             layers, _ = load_layers(None, [net])
@@ -255,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                 if time.perf_counter() - started > args.budget_s:
                     left.append(f"{layer.label} b{batch}")
                     continue
-                rows.append(run_layer(torch, layer, batch, runtime, rules, rng, args))
+                rows.append(run_layer(torch, layer, batch, runtime, rules, rng, args,
+                                      ceilings))
                 write(out, meta, rows, left, started)
     write(out, meta, rows, left, started)
     print(json.dumps(summarise(rows), indent=1))
@@ -265,14 +374,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_layer(torch: Any, layer: Layer, batch: int, runtime: Any, rules: Any,
-              rng: np.random.Generator, args: argparse.Namespace) -> dict[str, Any]:
-    p = layer.problem
-    x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(np.float32)
-    w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(np.float32)
+def run_precision(torch: Any, p: ConvProblem, names: tuple[str, ...], runtime: Any,
+                  rules: Any, rng: np.random.Generator, args: argparse.Namespace,
+                  ) -> dict[str, Any]:
+    """Every candidate of ``p`` (F32, F32 with fast math, or F16) timed and checked."""
+    dtype = np.float16 if p.dtype == "F16" else np.float32
+    x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(dtype)
+    w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(dtype)
     ref, scale = reference64(torch, p, x, w)
     results: dict[str, Any] = {}
-    for alg, params in candidates(p, rules, args.max_variants):
+    for alg, params in candidates(p, rules, args.max_variants, names):
         if args.algorithm and alg not in args.algorithm:
             continue
         try:
@@ -280,42 +391,137 @@ def run_layer(torch: Any, layer: Layer, batch: int, runtime: Any, rules: Any,
         except ConvselError as exc:
             r = {"failed": str(exc)}
         results[label(alg, params)] = {"algorithm": alg, "params": params, **r}
-    del ref
-    cudnn = {mode: time_cudnn(torch, p, mode, max(args.repeats, 10))
-             for mode in ("fp32", "tf32", "fp16")}
-    ok = {k: v for k, v in results.items() if v.get("correct")}
-    best = min(ok, key=lambda k: ok[k]["kernel_s"]) if ok else None
+    del ref, scale
+    return results
+
+
+def _best(results: dict[str, Any], tensor_cores: bool | None = None) -> str | None:
+    ok = {k: v for k, v in results.items() if v.get("correct")
+          and (tensor_cores is None or ("math" in v["params"]) == tensor_cores)}
+    return min(ok, key=lambda k: ok[k]["kernel_s"]) if ok else None
+
+
+def run_layer(torch: Any, layer: Layer, batch: int, runtime: Any, rules: Any,
+              rng: np.random.Generator, args: argparse.Namespace,
+              ceilings: dict[str, float | None]) -> dict[str, Any]:
+    p = layer.problem.replace(dtype="F32", fast_math=False)
+    problems = {"fp32": (p, OPENCL_ALGORITHMS),
+                "tf32": (p.replace(fast_math=True), ("implicit_gemm",)),
+                "fp16": (p.replace(dtype="F16"), F16_ALGORITHMS)}
+    results = {prec: run_precision(torch, q, names, runtime, rules, rng, args)
+               for prec, (q, names) in problems.items()}
+    # fast math may run every exact candidate too: the best of both is the answer
+    results["tf32"] = {**results["fp32"], **{k: v for k, v in results["tf32"].items()
+                                              if "math" in v["params"]}}
+    cudnn = {mode: time_cudnn(torch, p, mode, max(args.repeats, 10)) for mode in PRECISIONS}
     row: dict[str, Any] = {"net": layer.net, "layer": layer.name, "batch": batch,
                            "problem": p.to_dict(), "gflop": p.flops / 1e9,
-                           "candidates": results, "cudnn_s": cudnn, "best": best}
-    if best:
-        b = ok[best]
-        row.update(best_s=b["kernel_s"], best_gflops=b["gflops"],
-                   best_fraction_of_ceiling=b["gflops"] / (CEILING_TFLOPS * 1e3),
-                   ratio_fp32=b["kernel_s"] / cudnn["fp32"],
-                   cudnn_fp32_gflops=p.flops / cudnn["fp32"] / 1e9)
-        wino = [v["kernel_s"] for v in ok.values() if v["algorithm"] == "winograd"]
-        if wino and (p.kh, p.kw) == (3, 3):
-            row["winograd_ratio_fp32"] = min(wino) / cudnn["fp32"]
-    bad = [k for k, v in results.items() if "kernel_s" in v and not v["correct"]]
+                           "candidates": results,
+                           "cudnn_s": {m: c["loop_s"] for m, c in cudnn.items()},
+                           "cudnn_single_s": {m: c["single_s"] for m, c in cudnn.items()}}
+    for prec in PRECISIONS:
+        best = _best(results[prec])
+        row[f"best_{prec}"] = best
+        if best is None:
+            continue
+        b = results[prec][best]
+        row.update({f"best_{prec}_s": b["kernel_s"], f"best_{prec}_gflops": b["gflops"],
+                    f"ratio_{prec}": b["kernel_s"] / cudnn[prec]["loop_s"],
+                    f"ratio_{prec}_single_call": b["kernel_s"] / cudnn[prec]["single_s"],
+                    f"cudnn_{prec}_gflops": p.flops / cudnn[prec]["loop_s"] / 1e9})
+        tc = _best(results[prec], tensor_cores=True)
+        ceiling = ceilings.get("tf32" if prec == "tf32" else "f16")
+        if tc is not None and ceiling and prec != "fp32":
+            tc_gflops = results[prec][tc]["gflops"]
+            row.update({f"best_tc_{prec}": tc, f"best_tc_{prec}_s": results[prec][tc]["kernel_s"],
+                        f"best_{prec}_fraction_of_tc_ceiling": tc_gflops / (ceiling * 1e3)})
+    if row.get("best_fp32_gflops"):
+        row["best_fp32_fraction_of_ceiling"] = row["best_fp32_gflops"] / (CEILING_TFLOPS * 1e3)
+    bad = [f"{prec}:{k}" for prec in PRECISIONS for k, v in results[prec].items()
+           if "kernel_s" in v and not v["correct"]]
     if bad:
-        row["incorrect"] = bad
-    print(f"{layer.label[:34]:<34} {batch:>2} {str(best)[:40]:<40} "
-          f"{row.get('best_s', math.nan) * 1e3:8.3f} {row.get('best_gflops', math.nan):8.0f} "
-          f"{100 * row.get('best_fraction_of_ceiling', math.nan):5.1f} "
-          f"{cudnn['fp32'] * 1e3:8.3f} {row.get('ratio_fp32', math.nan):6.2f} "
-          f"{cudnn['tf32'] * 1e3:6.3f} {cudnn['fp16'] * 1e3:6.3f}"
-          + (f"  INCORRECT: {bad}" if bad else ""), flush=True)
+        row["incorrect"] = sorted(set(bad))
+    print_row(layer, batch, row)
     return row
+
+
+def print_row(layer: Layer, batch: int, row: dict[str, Any]) -> None:
+    def ms(key: str) -> str:
+        v = row.get(key)
+        return f"{v * 1e3:7.3f}" if v else "      -"
+
+    def ratio(key: str) -> str:
+        v = row.get(key)
+        return f"{v:5.2f}" if v else "    -"
+
+    def pct(key: str) -> str:
+        v = row.get(key)
+        return f"{100 * v:4.0f}%" if v else "    -"
+
+    print(f"{layer.label[:30]:<30} {batch:>2} | fp32 {ms('best_fp32_s')} "
+          f"cuDNN {row['cudnn_s']['fp32'] * 1e3:7.3f} {ratio('ratio_fp32')} | tf32 "
+          f"{ms('best_tf32_s')} cuDNN {row['cudnn_s']['tf32'] * 1e3:7.3f} "
+          f"{ratio('ratio_tf32')} {pct('best_tf32_fraction_of_tc_ceiling')} | fp16 "
+          f"{ms('best_fp16_s')} cuDNN {row['cudnn_s']['fp16'] * 1e3:7.3f} "
+          f"{ratio('ratio_fp16')} {pct('best_fp16_fraction_of_tc_ceiling')} | "
+          f"{str(row.get('best_tf32'))[:40]} / {str(row.get('best_fp16'))[:40]}"
+          + (f"  INCORRECT: {row['incorrect']}" if row.get("incorrect") else ""), flush=True)
+
+
+# -- what each step of the tensor-core pipeline buys -------------------------------------------
+ABLATION_TILE = (128, 64, 2, 2)
+ABLATION_STEPS = (   # (name, params): each a step from the first kernel to the default
+    ("registers, 16-word slice, 1 stage", {"load": "registers", "slice": 16, "stages": 1}),
+    ("registers, 16-word slice, 2 stages", {"load": "registers", "slice": 16, "stages": 2}),
+    ("registers, 32-word slice, 2 stages", {"load": "registers", "slice": 32, "stages": 2}),
+    ("cp.async, 16-word slice, 2 stages", {"load": "async", "slice": 16, "stages": 2}),
+    ("cp.async, 16-word slice, 4 stages", {"load": "async", "slice": 16, "stages": 4}),
+    ("cp.async, 32-word slice, 2 stages", {"load": "async", "slice": 32, "stages": 2}),
+)
+ABLATION_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}.conv1",
+                   "layer4.0.downsample")
+
+
+def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
+             ) -> list[dict[str, Any]]:
+    """Each pipeline step of :data:`ABLATION_STEPS` on tile :data:`ABLATION_TILE`, on a few
+    ResNet-50 layers at batch 32, in TF32 and F16: kernel ms, checked like every candidate."""
+    layers, _ = load_layers(None, ["resnet50"])
+    chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in ABLATION_LAYERS)]
+    rng = np.random.default_rng(1)
+    rows = []
+    print(f"ablation on mma {ABLATION_TILE} (ms per layer; TF32 then F16):", flush=True)
+    for layer in chosen:
+        for math_mode, dtype in (("tf32", "F32"), ("f16", "F16")):
+            p = layer.problem.replace(n=32, dtype=dtype, fast_math=True)
+            npd = np.float16 if dtype == "F16" else np.float32
+            x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(npd)
+            w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(npd)
+            ref, scale = reference64(torch, p, x, w)
+            times = {}
+            for name, step in ABLATION_STEPS:
+                params = {"math": math_mode, "mma": ABLATION_TILE, **step}
+                try:
+                    r = run_candidate(torch, p, "implicit_gemm", params, runtime, x, w, ref,
+                                      scale, args.repeats)
+                except ConvselError as exc:
+                    r = {"failed": str(exc)}
+                times[name] = r.get("kernel_s") if r.get("correct") else None
+                rows.append({"layer": layer.name, "math": math_mode, "step": name, **r})
+            del ref, scale
+            cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
+            print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)
+    print("  columns: " + " | ".join(name for name, _ in ABLATION_STEPS), flush=True)
+    return rows
 
 
 def write(out: Path, meta: dict, rows: list, left: list, started: float) -> None:
     summary = summarise(rows)
-    head = {
-        "geomean_vs_cudnn_fp32_b32":
-            (summary.get("resnet50_b32") or {}).get("geomean_vs_cudnn_fp32"),
-        "geomean_vs_cudnn_fp32_b1":
-            (summary.get("resnet50_b1") or {}).get("geomean_vs_cudnn_fp32")}
+    head: dict[str, Any] = {}
+    for batch in (32, 1):
+        for prec in PRECISIONS:
+            entry = (summary.get(f"resnet50_b{batch}") or {}).get(prec) or {}
+            head[f"geomean_vs_cudnn_{prec}_b{batch}"] = entry.get("geomean_vs_cudnn")
     data = {**head, "meta": meta, "summary": summary, "not_run": left,
             "elapsed_s": time.perf_counter() - started, "layers": rows}
     out.write_text(json.dumps(jsonable(data), indent=1))

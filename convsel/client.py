@@ -324,6 +324,19 @@ def _get(path: str) -> _Call[dict[str, Any]]:
     return _Call("GET", path, lambda r: dict(r.json()))
 
 
+def _upload(entries: Mapping[str, Any] | Sequence[Any], client: str | None,
+            partial: bool) -> _Call[dict[str, Any]]:
+    from .tuning.db import EXPORT_FORMAT
+    from .tuning.entry import TuningEntry
+
+    document = dict(entries) if isinstance(entries, Mapping) else {
+        "format": EXPORT_FORMAT,
+        "entries": [e.to_dict() if isinstance(e, TuningEntry) else dict(e) for e in entries]}
+    return _Call("POST", "/v1/tuning/entries", lambda r: dict(r.json()), {
+        "json": document, "params": {"partial": "true"} if partial else {},
+        "headers": {"X-Convsel-Client": client} if client else {}})
+
+
 @dataclass(frozen=True)
 class _Retry:
     """Send the request again after ``seconds``."""
@@ -460,6 +473,19 @@ class Client(_Base):
         report's ``selection`` is the measured policy's Selection."""
         return self._send(_tune(problem, target, backend, device, budget_s, retune))
 
+    def upload(self, entries: Mapping[str, Any] | Sequence[Any], *, client: str | None = None,
+               partial: bool = False) -> dict[str, Any]:
+        """``POST /v1/tuning/entries``: entries measured here (TuningEntry objects, their
+        dicts, or a whole ``convsel db export`` document) into the server's store; ``client``
+        names this device in their provenance. Answers the per-entry report (accepted,
+        merged, flagged, rejected); a rejected entry refuses the upload
+        (:class:`~convsel.errors.InvalidProblemError`, nothing stored) unless ``partial``."""
+        return self._send(_upload(entries, client, partial))
+
+    def devices(self) -> dict[str, Any]:
+        """``GET /v1/devices``: the device classes the server knows, with what it holds."""
+        return self._send(_get("/v1/devices"))
+
 
 class AsyncClient(_Base):
     """:class:`Client`'s calls on ``httpx.AsyncClient``: the same arguments, answers and
@@ -545,6 +571,15 @@ class AsyncClient(_Base):
                    retune: bool = False) -> dict[str, Any]:
         """See :meth:`Client.tune`."""
         return await self._send(_tune(problem, target, backend, device, budget_s, retune))
+
+    async def upload(self, entries: Mapping[str, Any] | Sequence[Any], *,
+                     client: str | None = None, partial: bool = False) -> dict[str, Any]:
+        """See :meth:`Client.upload`."""
+        return await self._send(_upload(entries, client, partial))
+
+    async def devices(self) -> dict[str, Any]:
+        """See :meth:`Client.devices`."""
+        return await self._send(_get("/v1/devices"))
 
 
 def _auth_headers(token: str | None) -> dict[str, str]:

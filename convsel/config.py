@@ -54,6 +54,7 @@ class Config(BaseModel):
     # mistake stays closed rather than open; a client sends no header for it.
     api_token: SecretStr | None = Field(None, description="when set, the service's routes "
                                         "that write or spend a lot (/v1/tune, /v1/fit, "
+                                        "/v1/fit/jobs, /v1/tuning/entries, "
                                         "/v1/find) and /metrics require 'Authorization: "
                                         "Bearer <token>'; convsel.client sends it")
 

@@ -65,6 +65,10 @@ def build(p: ConvProblem, algorithm: str, params: Mapping[str, Any], backend: st
     except UnsupportedError as exc:
         if backend == "numpy":
             raise
+        if backends.implementation(algorithm, "numpy") is None:   # nothing to fall back to
+            raise UnsupportedError(f"{backend} cannot run {algorithm}: {exc} (and numpy has "
+                                   f"no {algorithm} to fall back to)", algorithm=algorithm,
+                                   backend=backend) from exc
         why = f"{backend} cannot run {algorithm}: {exc}; ran numpy instead"
     except InvalidProblemError:
         raise

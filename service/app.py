@@ -40,7 +40,7 @@ from .limits import DEFAULT_RULE, BodyLimitMiddleware, BodyRule
 from .logs import RequestLogMiddleware
 from .metrics import Metrics, MetricsMiddleware
 from .pool import ConvPool
-from .routes import conv, find, fit, meta, plan, select, tuning
+from .routes import conv, find, fit, fleet, meta, plan, select, tuning
 from .state import ReadyCheck, ServiceState
 
 # Mounted in this order. Requests are matched router by router, so the hot ones come first
@@ -53,13 +53,15 @@ ROUTERS: tuple[APIRouter, ...] = (
     tuning.router,   # POST /v1/tune, GET /v1/tuning
     fit.router,      # POST/GET /v1/fit (the predicted policy's model)
     find.router,     # POST /v1/find (every algorithm ranked by measured time)
+    fleet.router,    # POST /v1/tuning/entries, GET /v1/devices, POST/GET /v1/fit/jobs
 )
 READY_CHECKS: Mapping[str, ReadyCheck] = {
     "conv": conv.ready, "plan": plan.ready, "tuning": tuning.ready, "fit": fit.ready}
 OPENAPI_MODELS: tuple[type[BaseModel], ...] = (
     *select.OPENAPI_MODELS, *conv.OPENAPI_MODELS, *tuning.OPENAPI_MODELS,
-    *fit.OPENAPI_MODELS, *find.OPENAPI_MODELS)
-BODIES: Mapping[str, BodyRule] = {**select.BODIES, **conv.BODIES, **plan.BODIES}
+    *fit.OPENAPI_MODELS, *find.OPENAPI_MODELS, *fleet.OPENAPI_MODELS)
+BODIES: Mapping[str, BodyRule] = {**select.BODIES, **conv.BODIES, **plan.BODIES,
+                                  **fleet.BODIES}
 
 DESCRIPTION = ("ACL's conv2d algorithm selection, explained, and convolutions run remotely. "
                "Errors share one body: code, message, field, value, rule.")
@@ -127,6 +129,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         state.pool.shutdown()
+        fleet.shutdown()   # no fit worker outlives its server
 
 
 def _probe_backends() -> dict[str, Any]:

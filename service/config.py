@@ -55,6 +55,10 @@ class Settings(BaseSettings, Config):
     max_conv_body_bytes: int = Field(32 * MiB, ge=1, description="/v1/conv2d, JSON or multipart")
     max_model_bytes: int = Field(512 * MiB, ge=1, description="/v1/plan: the ONNX model, "
                                  "streamed to a temporary file")
+    max_upload_body_bytes: int = Field(16 * MiB, ge=1, description="/v1/tuning/entries: an "
+                                       "upload of measured entries (about 2-6 KiB each)")
+    max_upload_entries: int = Field(2000, ge=1, le=5000, description="entries per upload "
+                                    "(convsel db push and tune --remote send fewer at once)")
 
     max_tensor_elements: int = Field(4 * MiB, ge=1, description="per tensor, x, w, bias and y")
     max_tensor_bytes: int = Field(16 * MiB, ge=1, description="per decoded tensor")

@@ -5,6 +5,11 @@ Its kernel parameters: "tile" = (TM, TN, TK, WM, WN), the work-group's output ti
 output pixels, columns = output channels), the reduction slice staged in local memory, and
 each work-item's register tile; "vec" = 1 or 4 values per load; "split" = the split-K factor
 (backends choose one per device when it is not given).
+
+Variants naming a ``math`` mode ("tf32", "f16") run on NVIDIA tensor cores (OpenCL inline PTX,
+``convsel.backends.opencl.implicit_gemm_mma``): their parameters and constraints are the
+second half of this module. TF32 is refused here, before any backend, for a problem without
+fast_math.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ def tile_problem(tile: Any) -> str | None:
 def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict:
     if p.groups != 1:
         return failed(f"implicit_gemm does not run grouped convolution (groups={p.groups})")
+    if params.get("math") is not None:
+        return mma_supports(p, params)
+    if params.get("mma") is not None:
+        return failed("implicit_gemm: an mma tile needs a math mode (math='tf32' or 'f16')")
     resolved: dict[str, Any] = {}
     if params.get("tile") is not None:
         why = tile_problem(params["tile"])
@@ -78,12 +87,132 @@ def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict
 def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
     """A bounded search space (at most :data:`MAX_VARIANTS`): the tiles whose work-group is
     not mostly idle on this problem, each with the widest load the channel counts allow (few
-    channels load one at a time, which lets a backend merge a kernel row's taps)."""
+    channels load one at a time, which lets a backend merge a kernel row's taps); then the
+    tensor-core variants (:func:`mma_variants`)."""
     m = p.n * p.out_h * p.out_w
     vec = 4 if p.c % 4 == 0 and p.k % 4 == 0 and p.c >= 8 else 1
     fit = [t for t in IMPLICIT_GEMM_TILES if t[0] <= 2 * m and t[1] <= 2 * p.k]
     chosen = (fit or [IMPLICIT_GEMM_TILES[-1]])[:MAX_VARIANTS]
-    return [{"tile": t, "vec": vec} for t in chosen]
+    return [{"tile": t, "vec": vec} for t in chosen] + mma_variants(p)
+
+
+# Implicit GEMM on tensor cores (NVIDIA, inline PTX mma.sync; backends.opencl.mma): "math" =
+# "tf32" (F32 data, only under fast math: TF32 keeps 10 fraction bits, ACL's and PyTorch's
+# "may reduce accuracy") or "f16" (F16 data, float accumulation); "mma" = (BM, BN, WARPS_M,
+# WARPS_N), the work-group's output tile and its warps (each warp a (BM/WARPS_M) x
+# (BN/WARPS_N) tile of 16x8 fragments); "slice" = 16 or 32 words of the reduction staged at a
+# time; "load" = "async" (cp.async, global to local) or "registers"; "stages" = local buffers
+# (registers: 1 or 2; async: 2 to 4); "split" = split-K. Backends fill what is not named.
+MMA_MATH = {"tf32": "F32", "f16": "F16"}
+MMA_TILES: tuple[tuple[int, int, int, int], ...] = (
+    (128, 256, 2, 4), (128, 128, 4, 2), (256, 128, 4, 2), (128, 64, 2, 2), (64, 128, 2, 2),
+    (64, 64, 2, 2), (32, 64, 1, 2),
+)
+MMA_SLICES = (16, 32)
+MMA_LOADS = ("async", "registers")
+MAX_MMA_VARIANTS = 6
+MMA_LOCAL_BYTES = 48 * 1024       # what OpenCL on NVIDIA gives a work-group
+
+
+def mma_stage_bytes(tile: Any, slice_words: int = 16) -> int:
+    """Local memory of one staged slice of an mma tile (A and B rows of ``slice_words``)."""
+    return (int(tile[0]) + int(tile[1])) * int(slice_words) * 4
+
+
+def mma_tile_problem(tile: Any) -> str | None:
+    """Why ``tile`` is not a valid (BM, BN, WARPS_M, WARPS_N) mma tile (None when it is)."""
+    try:
+        bm, bn, wm, wn = (int(v) for v in tile)
+    except (TypeError, ValueError):
+        return f"mma must be (BM, BN, WARPS_M, WARPS_N), got {tile!r}"
+    if wm < 1 or wn < 1 or wm * wn > 16:
+        return f"mma {tile}: 1 to 16 warps per work-group, got {wm}x{wn}"
+    if bm <= 0 or bn <= 0 or bm % (16 * wm) or bn % (8 * wn):
+        return (f"mma {tile}: each warp's tile must be whole 16x8 fragments (BM a multiple "
+                f"of 16*WARPS_M, BN of 8*WARPS_N)")
+    if mma_stage_bytes(tile) > MMA_LOCAL_BYTES:
+        return f"mma {tile}: one staged slice needs more than {MMA_LOCAL_BYTES} bytes"
+    return None
+
+
+def _mma_pipeline(params: Mapping[str, Any], resolved: dict[str, Any]) -> str | None:
+    """Check and resolve "slice", "load" and "stages"; why not, or None."""
+    if params.get("slice") is not None:
+        if int(params["slice"]) not in MMA_SLICES:
+            return f"slice must be 16 or 32 words, got {params['slice']!r}"
+        resolved["slice"] = int(params["slice"])
+    if params.get("load") is not None:
+        if params["load"] not in MMA_LOADS:
+            return f"load must be one of {', '.join(MMA_LOADS)}, got {params['load']!r}"
+        resolved["load"] = params["load"]
+    if params.get("stages") is not None:
+        stages = int(params["stages"])
+        lowest, highest = (2, 4) if resolved.get("load") == "async" else (1, 4)
+        if resolved.get("load") == "registers":
+            highest = 2
+        if not lowest <= stages <= highest:
+            return (f"stages must be {lowest}..{highest} for load "
+                    f"{resolved.get('load', 'async or registers')!r}, got {params['stages']!r}")
+        resolved["stages"] = stages
+        if "mma" in resolved:
+            need = stages * mma_stage_bytes(resolved["mma"], resolved.get("slice", 16))
+            if need > MMA_LOCAL_BYTES:
+                return (f"{stages} stages of mma {resolved['mma']} need {need} bytes of local "
+                        f"memory, more than {MMA_LOCAL_BYTES}")
+    return None
+
+
+def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
+    """The tensor-core variants' constraints. TF32 is refused, whatever else is asked, for a
+    problem without fast math: nothing may run it there."""
+    math_mode = params.get("math")
+    if math_mode not in MMA_MATH:
+        return failed(f"implicit_gemm: math must be one of {', '.join(MMA_MATH)}, got "
+                      f"{math_mode!r}")
+    if math_mode == "tf32" and not p.fast_math:
+        return failed("implicit_gemm: TF32 tensor cores round F32 inputs to 10 fraction bits; "
+                      "they run only when the problem's fast_math is on")
+    if MMA_MATH[math_mode] != p.dtype:
+        return failed(f"implicit_gemm: math {math_mode!r} runs {MMA_MATH[math_mode]} data, "
+                      f"this problem is {p.dtype}")
+    unknown = sorted(set(params) - {"math", "mma", "slice", "load", "stages", "split"})
+    if unknown:
+        return failed(f"implicit_gemm: {', '.join(unknown)} do not apply to the tensor-core "
+                      "variants (they take math, mma, slice, load, stages, split)")
+    resolved: dict[str, Any] = {"math": math_mode}
+    if params.get("mma") is not None:
+        why = mma_tile_problem(params["mma"])
+        if why:
+            return failed(f"implicit_gemm: {why}")
+        resolved["mma"] = tuple(int(v) for v in params["mma"])
+    why = _mma_pipeline(params, resolved)
+    if why:
+        return failed(f"implicit_gemm: {why}")
+    if params.get("split") is not None:
+        split = int(params["split"])
+        if not 1 <= split <= 64:
+            return failed(f"implicit_gemm: split (split-K factor) must be 1..64, got "
+                          f"{params['split']!r}")
+        resolved["split"] = split
+    how = f"mma {resolved['mma']}" if "mma" in resolved else "the device's default mma tile"
+    return passed(f"implicit GEMM on {math_mode.upper()} tensor cores ({how})", **resolved)
+
+
+def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
+    """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles, plus one
+    staged through registers): TF32 for an F32 problem with fast math, F16 for an F16
+    problem, none otherwise; the tiles whose work-group is not mostly idle on this problem."""
+    math_mode = "f16" if p.dtype == "F16" else "tf32" if p.fast_math else None
+    if math_mode is None or p.groups != 1:
+        return []
+    m = p.n * p.out_h * p.out_w
+    fit = [t for t in MMA_TILES if t[0] <= 2 * m and t[1] <= 2 * p.k]
+    tiles = (fit or [MMA_TILES[-1]])[:MAX_MMA_VARIANTS]
+    # the pipeline is the backend's choice, except one variant that stages through registers
+    # (cp.async's alternative, and the only pipeline where 16-byte loads do not fit C)
+    return ([{"math": math_mode, "mma": t} for t in tiles]
+            + [{"math": math_mode, "mma": tiles[-1 if len(tiles) < 4 else 3],
+                "load": "registers"}])
 
 
 def opencl_split_k(p: ConvProblem, params: Mapping[str, Any]) -> int:

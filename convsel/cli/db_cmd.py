@@ -219,4 +219,6 @@ ACTIONS: dict[str, Action] = {
                     "or implementations versions)", _add_prune, _prune),
     "verify": elsewhere("convsel.cli.db_verify_cmd", "time each stored winner against its "
                         "runner-up again; confirm, correct or flag the entry"),
+    "push": elsewhere("convsel.cli.push_cmd", "send the entries to a convsel server's shared "
+                      "store (POST /v1/tuning/entries)"),
 }

@@ -19,6 +19,7 @@ from ..tuning.measure import Measurement, Shortlist, measure
 from ..tuning.timing import CLOCKS, TimingSettings
 from .input_shapes import add_input_shape_argument
 from .problem_args import add_problem_arguments, problem_from_args
+from .remote import add_remote_arguments, finish_remote, start_remote
 
 
 def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="cpu",
                         help="with --top: the ACL target whose rules' pick is always timed "
                              "(default cpu)")
+    add_remote_arguments(parser)
 
 
 def settings_from_args(args: argparse.Namespace) -> TimingSettings:
@@ -192,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
               "them again; noisy ties are timed again anyway)")
     narrow = _shortlister(args, db, device)
+    remote = start_remote(args, db, done, device)   # --remote: send what is already tuned
     bar = _bar(len(todo), args.no_progress)
     measured, failures, started = 0, 0, time.perf_counter()
     deadline = None if args.budget is None else started + args.budget
@@ -214,9 +217,12 @@ def run(args: argparse.Namespace) -> int:
                 bar.write(f"{layer.label}: not tuned: {exc}")
             else:
                 if m.complete:
-                    db.record(m.entry())
+                    entry = m.entry()
+                    db.record(entry)
                     measured += 1
                     bar.write(_line(layer, m))
+                    if remote is not None:
+                        remote.send([entry])   # kept locally first: a failed send resumes
                 else:   # a partial race would record a winner that never met the others
                     unreached += 1
                     bar.write(f"{layer.label}: not recorded: the --budget ran out while "
@@ -226,8 +232,10 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         print(f"interrupted: {measured} layer(s) measured and kept in {db.path}; the layer "
               "being timed was dropped", file=sys.stderr)
+        finish_remote(remote)
         return 130
     bar.close()
+    finish_remote(remote)
     print(f"tuned {measured} layer(s) in {time.perf_counter() - started:.1f} s on "
           f"{args.backend}; {failures} could not be tuned; database {db.path}")
     if unreached:

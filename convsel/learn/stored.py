@@ -135,7 +135,8 @@ class StoredModel:
                 "held_out_fastest_share": held.get("fastest_share"),
                 "accepted": self.accepted, "verdict": self.meta.get("verdict"),
                 "rules_held_out_geomean_regret": dict(self.meta.get("rules") or {}).get(
-                    "geomean_regret")}
+                    "geomean_regret"),
+                "layer": str(self.meta.get("layer", "user"))}   # "system": shipped with convsel
 
     def rank(self, problem: Any, variants: Sequence[tuple[str, str, Mapping[str, Any]]],
              ) -> list[Ranked]:

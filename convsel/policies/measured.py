@@ -31,10 +31,11 @@ from ..errors import ConvselError, TuningDatabaseError
 from ..rules import Rules
 from ..selection import Selection
 from ..targets import Target
-from ..tuning import cache
+from ..tuning import cache, system
 from ..tuning.db import TuningDB, TuningEntry, open_db
 from ..verdict import TraceStep
-from .device import identity
+from .device import identity, is_local
+from .shipped import marked
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,27 @@ def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *
         ``source="rules"``; the last trace step says which and why.
     """
     try:
-        ident = identity(backend, device)
-        database = open_db(db, create=bool(tune))   # a lookup never makes a store
-        entry = _entries(database, backend, ident).get(problem)
+        ident = identity(backend, device, db)
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
         return _rules_answer(acl, "measured.db-unavailable",
                              f"tuning database unavailable ({exc}); answered from ACL's rules")
+    try:
+        database = open_db(db, create=bool(tune))   # a lookup never makes a store
+        entry = _entries(database, backend, ident).get(problem)
+    except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
+        shipped = system.lookup(problem, backend, ident)
+        if shipped is not None:   # the shipped layer answers even without the user's store
+            return marked(from_entry(shipped, acl, target, system.LOCATION),
+                          f"the tuning database is unavailable ({exc})")
+        return _rules_answer(acl, "measured.db-unavailable",
+                             f"tuning database unavailable ({exc}); answered from ACL's rules")
+    shipped = system.lookup(problem, backend, ident) if entry is None else None
+    if shipped is not None:   # beneath the user's store: its entries win, then these
+        return marked(from_entry(shipped, acl, target, system.LOCATION))
+    if entry is None and tune and not is_local(backend, device, ident):
+        return NoEntry(f"no entry for this problem on {backend} on {ident['name']} "
+                       f"({ident['driver']}), a device class this machine cannot time",
+                       database)
     if entry is None and tune:
         entry = _MEMO.get((problem, backend, tuple(sorted(ident.items()))))
     if entry is None and tune:

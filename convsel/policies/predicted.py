@@ -29,7 +29,7 @@ from ..problem import ConvProblem
 from ..rules import Rules
 from ..selection import Selection, acl_selection
 from ..targets import Target
-from ..tuning import cache
+from ..tuning import cache, system
 from ..tuning.db import TuningDB, open_db
 from ..tuning.measure import Shortlist, candidates
 from ..verdict import TraceStep
@@ -68,27 +68,36 @@ class PredictedPolicy:
 
 
 def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None, str]:
-    """The model for ``backend``/``device`` in ``db``, or None with why not: read and
-    checked once per process, again only when the database changed
-    (:mod:`convsel.tuning.cache`)."""
+    """The model for ``backend``/``device`` in ``db`` (or the shipped layer beneath it), or
+    None with why not: read and checked once per process, again only when the database
+    changed (:mod:`convsel.tuning.cache`)."""
     try:
-        ident = identity(backend, device)
+        ident = identity(backend, device, db)
+    except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
+        return None, f"tuning database unavailable ({exc})"
+    key = model_key(backend, ident)
+    try:
         database = open_db(db, create=False)   # a lookup never makes a store
-        key = model_key(backend, ident)
         return cache.cached(database, ("model", *sorted(key.items())),
                             lambda: _read_model(database, key, backend, ident))
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
-        return None, f"tuning database unavailable ({exc})"
+        # the shipped layer beneath answers even without the user's store
+        return _read_model(None, key, backend, ident, f"tuning database unavailable ({exc})")
 
 
-def _read_model(database: TuningDB, key: dict[str, str], backend: str,
-                ident: dict[str, str]) -> tuple[StoredModel | None, str]:
-    record = database.load_model(key)
+def _read_model(database: TuningDB | None, key: dict[str, str], backend: str,
+                ident: dict[str, str], unavailable: str = "",
+                ) -> tuple[StoredModel | None, str]:
+    record = database.load_model(key) if database is not None else None
+    record = record or system.load_model(key)
+    if record is None and unavailable:
+        return None, unavailable
     where = f"{backend} on {ident['name']} ({ident['driver']})"
     if record is None:
-        return None, (f"no model for {where} in {database.path} (fitted by this convsel and "
-                      f"these implementations); run `convsel tune --sample 200` then "
-                      f"`convsel fit`")
+        path = database.path if database is not None else "?"
+        return None, (f"no model for {where} in {path} (fitted by this convsel and "
+                      f"these implementations) or in {system.LOCATION}; run `convsel tune "
+                      f"--sample 200` then `convsel fit`")
     try:
         return decode(record), ""
     except ModelError as exc:
@@ -249,9 +258,10 @@ def _why(ranking: list[Ranked], model: StoredModel, acl: Selection) -> str:
     win = ranking[0]
     ident = model.identity()
     device = ident["device"].get("name", "?")
+    shipped = f"; from {system.LOCATION}" if model.meta.get("layer") == "system" else ""
     text = (f"model {model.id} ({model.family}, fitted on {model.training_problems} shapes "
-            f"timed on {device}) predicts {win.label} fastest: {win.predicted_s * 1e3:.3g} ms "
-            f"(×/÷ {win.factor:.2f})")
+            f"timed on {device}{shipped}) predicts {win.label} fastest: "
+            f"{win.predicted_s * 1e3:.3g} ms (×/÷ {win.factor:.2f})")
     if len(ranking) > 1:
         second = ranking[1]
         ratio = second.predicted_s / win.predicted_s

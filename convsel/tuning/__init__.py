@@ -10,14 +10,29 @@ report how far each policy's pick is from the fastest.
 The "measured" policy that answers from the database is :mod:`convsel.policies.measured`.
 
 The names below are the store's public API (the service uses no other): open a database,
-where the default one is, and the device key that entries and models are stored under.
+where the default one is, and the device key that entries and models are stored under; and
+the fleet's (:mod:`~convsel.tuning.fleet`): receive an upload, list and name device classes,
+fit a class's model as a job.
 Timing goes through the front door, :func:`convsel.find`.
 """
 
 from .db import TuningDB, default_path, default_target, open_db
 from .entry import IMPLEMENTATIONS_VERSION, TuningEntry
+from .fleet import (
+    Limits,
+    UploadRefused,
+    device_classes,
+    get_fit_job,
+    receive,
+    run_fit_job,
+    stop_fit_job,
+    stored_class,
+    submit_fit_job,
+)
 from .identity import device_identity
 from .store import is_url
 
-__all__ = ["IMPLEMENTATIONS_VERSION", "TuningDB", "TuningEntry", "default_path", "default_target",
-           "device_identity", "is_url", "open_db"]
+__all__ = ["IMPLEMENTATIONS_VERSION", "Limits", "TuningDB", "TuningEntry", "UploadRefused",
+           "default_path", "default_target", "device_classes", "device_identity", "get_fit_job",
+           "is_url", "open_db", "receive", "run_fit_job", "stop_fit_job", "stored_class",
+           "submit_fit_job"]

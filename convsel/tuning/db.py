@@ -18,7 +18,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from .._version import __version__
 from ..errors import TuningDatabaseError
 from ..problem import ConvProblem
 from .entry import DEVICE_FIELDS, IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
-from .store import Engine, is_url
+from .store import Engine, Transaction, is_url
 from .store.schema import (
     APPLICATION,
     ENTRY_COLUMNS,
@@ -43,9 +44,9 @@ from .store.schema import (
 )
 from .store.sqlite import SQLiteEngine
 
-__all__ = ["APPLICATION", "EXPORT_FORMAT", "ENV_VAR", "MODEL_KEY_FIELDS", "SCHEMA_VERSION",
-           "TuningDB", "TuningEntry", "close_open", "default_path", "default_target", "open_db",
-           "problem_key"]
+__all__ = ["APPLICATION", "ENTRY_UPSERT", "EXPORT_FORMAT", "ENV_VAR", "MODEL_KEY_FIELDS",
+           "SCHEMA_VERSION", "TuningDB", "TuningEntry", "close_open", "default_path",
+           "default_target", "entry_of_row", "entry_row", "open_db", "problem_key"]
 
 EXPORT_FORMAT = "convsel-tuning-export"
 _COLUMNS = ENTRY_COLUMNS
@@ -206,6 +207,19 @@ class TuningDB:
         rows = sorted({_key(e): _row(e) for e in entries}.values())
         with self._store.transaction() as tx:
             tx.executemany(sql, rows)
+
+    # -- several tables in one transaction (convsel.tuning.fleet) -------------------------------
+    def transaction(self, what: str = "nothing was written"
+                    ) -> AbstractContextManager[Transaction]:
+        """One write transaction over any of the store's tables, all or nothing: its
+        ``execute``, ``executemany`` and ``rows`` take the shared SQL (``?`` placeholders).
+        ``what`` ends the message when the store is read-only."""
+        self._require_writable(what)
+        return self._store.transaction()
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read outside a transaction (the shared SQL, ``?`` placeholders)."""
+        return self._store.rows(sql, args)
 
     def delete(self, *, backend: str | None = None) -> int:
         """Remove every entry (of one backend); returns how many."""
@@ -410,6 +424,19 @@ def _model_key(key: Mapping[str, str]) -> tuple[str, ...]:
         raise TuningDatabaseError(f"model key {dict(key)!r} lacks {', '.join(missing)}; a "
                                   f"model key has {', '.join(MODEL_KEY_FIELDS)}")
     return (*(str(key[k]) for k in MODEL_KEY_FIELDS), __version__, IMPLEMENTATIONS_VERSION)
+
+
+def entry_row(e: TuningEntry) -> tuple[Any, ...]:
+    """``e`` as a row of ``entries`` (:data:`ENTRY_COLUMNS` order), for :data:`ENTRY_UPSERT`."""
+    return _row(e)
+
+
+def entry_of_row(row: tuple[Any, ...]) -> TuningEntry:
+    """The entry of a row of ``entries`` read in :data:`ENTRY_COLUMNS` order."""
+    return _entry(row)
+
+
+ENTRY_UPSERT = _ENTRY_UPSERT
 
 
 def _key(e: TuningEntry) -> tuple[str, ...]:

@@ -61,6 +61,8 @@ class PlanForm(BaseModel):
     fast_math: bool = False
     layout: Literal["NCHW", "NHWC"] = "NCHW"
     backend: str | None = Field(None, max_length=MAX_NAME, description=_BACKENDS_DOC)
+    device: str | None = Field(None, max_length=MAX_NAME, description="measured/predicted: "
+                               "an OpenCL device, or a device class GET /v1/devices lists")
 
 
 _FORM_SCHEMA: dict[str, Any] = {
@@ -75,6 +77,9 @@ _FORM_SCHEMA: dict[str, Any] = {
         "fast_math": {"type": "boolean", "default": False},
         "layout": {"type": "string", "enum": ["NCHW", "NHWC"], "default": "NCHW"},
         "backend": {"type": "string", "maxLength": MAX_NAME, "description": _BACKENDS_DOC},
+        "device": {"type": "string", "maxLength": MAX_NAME,
+                   "description": "measured/predicted: an OpenCL device, or a device class "
+                                  "GET /v1/devices lists"},
     },
 }
 
@@ -145,7 +150,7 @@ def _plan_upload(state: ServiceState, upload: BinaryIO, filename: str | None,
             if exc.node is None and exc.value == path:
                 exc.value = filename   # the temporary file's path means nothing to the caller
             raise
-    options = selection_options(state, form.policy, form.backend, None)
+    options = selection_options(state, form.policy, form.backend, form.device)
     # where the Convs run is plan's own argument; the policy gets it from there
     backend, device = options.pop("backend", form.backend), options.pop("device", None)
     result = plan(model, state.target(form.target), form.policy, input_shapes=shapes,

@@ -55,6 +55,10 @@ def _nan_filled_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
     except ImportError:      # no pyopencl: the OpenCL pairs are skipped anyway
         return
     monkeypatch.setattr(opencl_prepared, "OUTPUT_FILL", np.nan)
+    from convsel.backends.opencl import implicit_gemm_mma
+
+    # no tensor cores here (PoCL): their variants run with the mma emulated, not refused
+    monkeypatch.setattr(implicit_gemm_mma, "EMULATE_WITHOUT_TENSOR_CORES", True)
 
 
 @dataclass

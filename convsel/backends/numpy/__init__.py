@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from ...verdict import Verdict
+from . import accel
+from .threads import thread_count
 
 
 def available() -> Verdict:
@@ -20,13 +22,14 @@ def get_runtime(device: Any = None) -> None:
 
 
 def device_identity(runtime: Any = None) -> dict[str, str]:
-    """What decides this backend's speed, as the tuning database's device key: the CPU model
-    and numpy with its BLAS. Threads are not part of it: each timing records the threads it
-    ran with (:mod:`convsel.threads`), and an answer from timings made with other threads
+    """What decides this backend's speed, as the tuning database's device key: the CPU model,
+    numpy with its BLAS, and whether the fused kernels run (:mod:`.accel`). Threads are not
+    part of it: each timing records the threads it ran with (:mod:`convsel.threads`; set them
+    with :func:`.threads.set_threads`), and an answer from timings made with other threads
     says so."""
     return {"backend": "numpy", "vendor": platform.machine(),
             "name": _cpu_model() or platform.processor() or platform.machine(),
-            "driver": f"numpy {np.__version__}, {_blas()}"}
+            "driver": f"numpy {np.__version__}, {_blas()}; {accel.describe()}"}
 
 
 def _blas() -> str:
@@ -46,13 +49,13 @@ def _cpu_model() -> str:
 
 
 def describe() -> dict[str, Any]:
-    """JSON-ready state for the service's /v1/backends: availability, the one CPU "device"
-    and how many threads its FFT uses (the cores this process may run on). Which algorithms
-    it implements is the backends table's to say (``convsel.backends.IMPLEMENTATIONS``; the
+    """JSON-ready state for the service's /v1/backends: availability, the one CPU "device",
+    how many threads its FFT and fused kernels use (the cores this process may run on,
+    unless set: :mod:`.threads`) and whether the fused kernels run. Which algorithms it
+    implements is the backends table's to say (``convsel.backends.IMPLEMENTATIONS``; the
     service lists them beside this): the package never imports the table that imports it."""
-    from .common import WORKERS
-
     ready = available()
     return {"backend": "numpy", "available": ready.ok, "reason": ready.reason,
             "devices": [device_identity()],
-            "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": WORKERS}}
+            "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": thread_count()},
+            "fused_kernels": accel.describe()}

@@ -18,10 +18,18 @@ import numpy as np
 from .profile import phase
 
 
-def gemm_bias(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> None:
-    """``out[...] = a @ b + bias`` (float32 2-D; ``bias`` of length ``out.shape[1]`` or None)."""
+def gemm_bias(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: np.ndarray,
+              accelerated: bool = False) -> None:
+    """``out[...] = a @ b + bias`` (float32 2-D; ``bias`` of length ``out.shape[1]`` or None;
+    ``accelerated``: the bias added by the cpu extra's threaded epilogue)."""
     with phase("blas"):
         np.matmul(a, b, out=out)
-    if bias is not None:
+    if bias is not None and accelerated and out.flags.c_contiguous:
+        from .fused.activation import code_of
+        from .fused.epilogue import bias_activation
+
+        with phase("epilogue"):
+            bias_activation(out, bias, code_of(None))
+    elif bias is not None:
         with phase("epilogue"):
             np.add(out, bias, out=out)

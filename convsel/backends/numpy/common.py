@@ -8,7 +8,6 @@ Every algorithm computes in float32 (F16 problems are converted on the way in an
 from __future__ import annotations
 
 import math
-import os
 import threading
 from typing import Any
 
@@ -26,17 +25,6 @@ F32 = np.float32
 # Value a fresh output buffer is filled with; None leaves it uninitialised (np.empty).
 # The correctness tests set NaN so that an element an algorithm forgets to write fails.
 OUTPUT_FILL: float | None = None
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        return os.cpu_count() or 1
-
-
-# Threads for scipy.fft: the cores this process may run on (a run pinned with taskset to two
-# of sixteen cores gets two, not sixteen threads fighting over two cores).
-WORKERS = _usable_cores()
 
 # WORKSPACE_CAP (the largest per-piece buffer an algorithm allocates) and ITEM (bytes of a
 # float32: all workspaces hold float32) live in convsel.algorithms.shared, with the pure
@@ -112,6 +100,9 @@ def nbytes(*shapes: tuple[int, ...], item: int = ITEM) -> int:
 class Prepared:
     """Base of every prepared numpy kernel: the problem, its bias and its workspace.
 
+    ``accelerated`` says whether it takes the fused (numba) paths, decided when it is
+    prepared (:mod:`~convsel.backends.numpy.accel`).
+
     Scratch buffers are allocated on a kernel's first run and reused by later runs, as ACL
     keeps a function's workspace between runs: freshly allocated large arrays cost a page
     fault per 4 KiB on first touch, which was up to 2/3 of a run. Buffers are per thread,
@@ -119,10 +110,14 @@ class Prepared:
     """
 
     def __init__(self, p: ConvProblem, bias: np.ndarray | None, workspace_bytes: int) -> None:
+        from . import accel
+
         self.problem = p
         self.bias = None if bias is None else as_f32(bias)
         self.workspace_bytes = int(workspace_bytes)
         self._local = threading.local()
+        # the fused kernels of the cpu extra, decided once: a kernel keeps its path
+        self.accelerated = accel.enabled()
 
     def scratch(self, name: str, shape: tuple[int, ...], dtype: Any = F32) -> np.ndarray:
         """A ``shape`` view of this thread's persistent buffer ``name`` (which grows to the

@@ -29,7 +29,7 @@ from ...algorithms.direct import BAND_ELEMENTS
 from ...problem import ConvProblem
 from ...verdict import Verdict
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output, padded_bytes
-from .epilogue import finish
+from .epilogue import cast, finish
 from .profile import phase
 
 
@@ -76,9 +76,26 @@ class Direct(Prepared):
         hp, wp = p.h + top + bottom, p.w + left + right
         self.rows = [_valid(p.out_h, sy, self.before[0], i * dy, hp) for i in range(p.kh)]
         self.cols = [_valid(p.out_w, sx, self.before[1], j * dx, wp) for j in range(p.kw)]
+        # The fused kernel (the cpu extra) reads the unpadded input and writes each output
+        # once; it needs less memory than the workspace claimed above, which stays the
+        # same either way so that the pure estimate (convsel.algorithms) holds for both.
+        self.fused = None
+        if cg == 1 and kg == 1 and g > 1 and self.accelerated:
+            from .fused.activation import code_of
+            from .fused.depthwise import Depthwise
+
+            self.fused = Depthwise(w[..., 0].transpose(1, 2, 0), self.bias, p.out_w, p.stride,
+                                   p.dilation, (p.pad[0], p.pad[2]), code_of(p.activation))
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
+        if self.fused is not None:
+            with phase("pad"):
+                x = self.float32(check_x(p, x))
+            y = new_output((p.n, p.out_h, p.out_w, p.k))
+            with phase("fused"):
+                self.fused(x, y)
+            return cast(p, y)
         with phase("pad"):
             x = check_x(p, x)
             x = self.padded(x, *p.pad) if self.pad_input else self.float32(x)
@@ -86,7 +103,7 @@ class Direct(Prepared):
         for n in range(p.n):
             for top in range(0, p.out_h, self.band):
                 self._band(x, y, n, top)
-        return finish(p, y, None)
+        return finish(p, y, None, self.accelerated)
 
     def _band(self, x: np.ndarray, y: np.ndarray, n: int, top: int) -> None:
         """Write output rows [top, top + band) of image n: the sum of every tap, plus bias.

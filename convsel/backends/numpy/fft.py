@@ -23,7 +23,6 @@ from ...algorithms.fft import MIN_FFT
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
 from .common import (
-    WORKERS,
     Prepared,
     ceil_div,
     check_x,
@@ -34,6 +33,7 @@ from .common import (
 )
 from .epilogue import finish
 from .profile import phase
+from .threads import thread_count
 
 MAX_SPECTRUM_BYTES = 1 << 30  # the filter spectrum (complex64) must fit this
 
@@ -77,7 +77,7 @@ class Fft(Prepared):
         dilated = np.zeros((p.k, p.c, ey, ex), dtype=np.float32)
         dilated[:, :, :: p.dilation[0], :: p.dilation[1]] = np.asarray(
             w_ohwi, dtype=np.float32).transpose(0, 3, 1, 2)
-        spectrum = scipy.fft.rfft2(dilated, s=(fy, fx), workers=WORKERS)   # K, C, fy, fx'
+        spectrum = scipy.fft.rfft2(dilated, s=(fy, fx), workers=thread_count())   # K, C, fy, fx'
         self.w = np.ascontiguousarray(np.conj(spectrum).transpose(2, 3, 1, 0)).reshape(
             -1, p.c, p.k)                                                  # F, C, K
         freqs = self.w.shape[0]
@@ -110,7 +110,7 @@ class Fft(Prepared):
                 np.copyto(y[images, first:last],
                           full[:, skip: skip + (last - first - 1) * sy + 1: sy,
                                : (p.out_w - 1) * sx + 1: sx])
-        return finish(p, y, self.bias)
+        return finish(p, y, self.bias, self.accelerated)
 
     def _blocks(self, blocks: np.ndarray) -> np.ndarray:
         """Unit-stride outputs (n, rows·ty, BX·tx, K) of input blocks (n, rows, BX, C, fy, fx)."""
@@ -118,7 +118,7 @@ class Fft(Prepared):
         (fy, fx), (ty, tx) = self.size, self.valid
         n, rows, bx = blocks.shape[:3]
         with phase("fft"):
-            spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=WORKERS)
+            spectra = scipy.fft.rfft2(blocks, axes=(-2, -1), workers=thread_count())
         count = n * rows * bx
         with phase("copy"):
             grid = np.ascontiguousarray(spectra.reshape(count, p.c, -1).transpose(2, 0, 1))
@@ -126,7 +126,7 @@ class Fft(Prepared):
             product = np.matmul(grid, self.w)                            # F, P, K
         with phase("fft"):
             product = product.transpose(1, 2, 0).reshape(count, p.k, fy, fx // 2 + 1)
-            spatial = scipy.fft.irfft2(product, s=(fy, fx), workers=WORKERS)[..., :ty, :tx]
+            spatial = scipy.fft.irfft2(product, s=(fy, fx), workers=thread_count())[..., :ty, :tx]
         full = spatial.reshape(n, rows, bx, p.k, ty, tx).transpose(0, 1, 4, 2, 5, 3)
         return full.reshape(n, rows * ty, bx * tx, p.k)
 

@@ -52,23 +52,43 @@ class Gemm1x1(Prepared):
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
         x = check_x(p, x)
-        sy, sx = p.stride
-        if (sy, sx) != (1, 1):
-            x = x[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx]
         rows = p.n * p.out_h * p.out_w
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         if self.augmented:
             with phase("copy"):
-                a = self.scratch("augmented", (*x.shape[:3], p.c + 1))
-                np.copyto(a[..., : p.c], x)
-                a[..., p.c] = 1.0
+                a = self._copy(x, "augmented", ones=True)
             with phase("blas"):
                 np.matmul(a.reshape(rows, p.c + 1), self.w, out=y.reshape(rows, p.k))
         else:
             with phase("copy"):
-                x = self.float32(x)
-            gemm_bias(x.reshape(rows, p.c), self.w, self.bias, y.reshape(rows, p.k))
-        return finish(p, y, None)
+                if p.stride == (1, 1) or not self.accelerated:
+                    x = self.float32(self._subsampled(x))
+                else:
+                    x = self._copy(x, "subsampled", ones=False)
+            gemm_bias(x.reshape(rows, p.c), self.w, self.bias, y.reshape(rows, p.k),
+                      self.accelerated)
+        return finish(p, y, None, self.accelerated)
+
+    def _subsampled(self, x: np.ndarray) -> np.ndarray:
+        """The pixels the strided 1x1 reads (a view)."""
+        p = self.problem
+        sy, sx = p.stride
+        return x[:, : (p.out_h - 1) * sy + 1: sy, : (p.out_w - 1) * sx + 1: sx]
+
+    def _copy(self, x: np.ndarray, name: str, ones: bool) -> np.ndarray:
+        """The pixels the 1x1 reads, in a persistent buffer, with a column of ones beside
+        them when ``ones`` (one threaded pass with the cpu extra)."""
+        p = self.problem
+        a = self.scratch(name, (p.n, p.out_h, p.out_w, p.c + ones))
+        if self.accelerated:
+            from .fused.im2col import im2col
+
+            im2col(self.float32(x), a, 0, (1, 1), p.stride, (1, 1), (0, 0), ones)
+            return a
+        np.copyto(a[..., : p.c], self._subsampled(x))
+        if ones:
+            a[..., p.c] = 1.0
+        return a
 
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,

@@ -79,8 +79,9 @@ class IndirectGemm(Prepared):
             block = gathered[: stop - start]
             with phase("copy"):
                 np.take(source, self.indirection[start:stop], axis=0, out=block, mode="clip")
-            gemm_bias(block.reshape(stop - start, taps * p.c), self.w, self.bias, y[start:stop])
-        return finish(p, y.reshape(p.n, p.out_h, p.out_w, p.k), None)
+            gemm_bias(block.reshape(stop - start, taps * p.c), self.w, self.bias, y[start:stop],
+                      self.accelerated)
+        return finish(p, y.reshape(p.n, p.out_h, p.out_w, p.k), None, self.accelerated)
 
 
 def prepare(p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None,

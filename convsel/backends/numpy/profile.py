@@ -22,6 +22,7 @@ PHASES = {
     "blas": "GEMMs in BLAS (bias fused where the algorithm can)",
     "elementwise": "vectorised multiply-adds outside BLAS (depthwise taps)",
     "fft": "forward and inverse FFTs",
+    "fused": "one-pass compiled loops (numba, the cpu extra): taps, bias and activation",
     "epilogue": "bias, activation and dtype cast after the main loop",
 }
 

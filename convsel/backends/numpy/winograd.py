@@ -35,7 +35,9 @@ from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict
 from ...winograd_transforms import tile_verdict, winograd_kron_2d
+from . import accel
 from .common import (
+    F32,
     ITEM,
     Prepared,
     as_f32,
@@ -46,7 +48,7 @@ from .common import (
     piece_bytes,
     pieces,
 )
-from .epilogue import finish
+from .epilogue import cast, finish
 from .profile import phase
 
 TRANSPOSE_MAX_TILES = 16   # tiles per run up to which the GEMMs run transposed (see __init__)
@@ -74,7 +76,10 @@ class Winograd(Prepared):
         # With few tiles the per-position GEMMs have few rows; OpenBLAS then runs the
         # transposed product Mᵀ = Uᵀ Vᵀ 5-15% faster (7x7 and 14x14 maps at batch 1), and
         # slower with 49 tiles or more (measured, one thread).
-        self.transposed = p.n * self.tiles[0] * self.tiles[1] <= TRANSPOSE_MAX_TILES
+        # The fused transforms (the cpu extra) read M as (position, tile, K) only.
+        accelerated = accel.enabled()
+        self.transposed = (not accelerated
+                           and p.n * self.tiles[0] * self.tiles[1] <= TRANSPOSE_MAX_TILES)
         order = "tkc" if self.transposed else "tck"
         self.u = as_f32(np.einsum(f"ts,ksc->{order}", g, w))
         positions = self.inner[0] * self.inner[1]
@@ -85,12 +90,24 @@ class Winograd(Prepared):
             + tile[0] * tile[1] * p.k)              # Y = AT M, before the scatter
         work = p.n * hp * wp * p.c * ITEM + piece_bytes(p.n, self.tiles[0], self.row_bytes)
         super().__init__(p, bias, work)
+        self.accelerated = accelerated
+        # With the cpu extra: the transforms read the unpadded input and write the output
+        # directly (no padded copy, no D or output-tile buffers); the workspace claimed above
+        # is then an upper bound, kept so that the pure estimate holds either way.
+        self.transforms = None
+        if accelerated:
+            from .fused.winograd import Transforms
+
+            self.transforms = Transforms(tile, (p.kh, p.kw))
+            self.fused_bias = self.bias if self.bias is not None else np.zeros(p.k, F32)
 
     def _padded_size(self, p: ConvProblem | None = None) -> tuple[int, int]:
         p = p or self.problem
         return (self.tiles[0] * self.tile[0] + p.kh - 1, self.tiles[1] * self.tile[1] + p.kw - 1)
 
     def run(self, x: np.ndarray) -> np.ndarray:
+        if self.transforms is not None:
+            return self._fused(x)
         p = self.problem
         (my, mx), (ny, nx), th = self.tile, self.inner, self.tiles[0]
         hp, wp = self._padded_size()
@@ -101,7 +118,33 @@ class Winograd(Prepared):
         y = new_output((p.n, p.out_h, p.out_w, p.k))
         for images, rows in pieces(p.n, th, self.row_bytes):
             self._tiles(windows[images, rows], y[images, rows.start * my: rows.stop * my])
-        return finish(p, y, None)
+        return finish(p, y, None, self.accelerated)
+
+    def _fused(self, x: np.ndarray) -> np.ndarray:
+        """The cpu extra's path: fused transforms around the same per-position GEMMs."""
+        from .fused.activation import code_of
+
+        p = self.problem
+        assert self.transforms is not None
+        (ny, nx), (th, tw) = self.inner, self.tiles
+        with phase("pad"):
+            x = self.float32(check_x(p, x))
+        y = new_output((p.n, p.out_h, p.out_w, p.k))
+        activation = code_of(p.activation)
+        for images, rows in pieces(p.n, th, self.row_bytes):
+            n, count = images.stop - images.start, rows.stop - rows.start
+            tiles = n * count * tw
+            v = self.scratch("v", (ny * nx, tiles, p.c))
+            with phase("fused"):
+                self.transforms.forward(x[images], v, rows.start, count, tw,
+                                        (p.pad[0], p.pad[2]))
+            m = self.scratch("m", (ny * nx, tiles, p.k))
+            with phase("blas"):
+                np.matmul(v, self.u, out=m)
+            with phase("fused"):
+                self.transforms.backward(m, y[images], self.fused_bias, rows.start, count, tw,
+                                         activation)
+        return cast(p, y)
 
     def _tiles(self, windows: np.ndarray, y: np.ndarray) -> None:
         """Convolve the input tiles ``windows`` (n, th, TW, C, ny, nx) into output rows ``y``."""

@@ -4,6 +4,7 @@ input tiles are gathered from NHWC straight into local memory; no im2col buffer.
 The same kernel, with a 1x1 geometry, is the tiled GEMM of gemm_1x1, im2col_gemm and
 Winograd (:func:`tiled_gemm_step`). Its parameters are the tile ``(TM, TN, TK, WM, WN)`` and
 the load width ``vec``; a caller that names neither gets the default of the device class.
+Variants that name a ``math`` mode run on tensor cores instead (:mod:`.implicit_gemm_mma`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ...algorithms.shared import MAX_SPLITS
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
+from . import implicit_gemm_mma
 from . import program as prog
 from .launch import Step, bind
 from .prepared import (
@@ -151,6 +153,8 @@ def partial_bytes(config: Config, m: int, n: int, batches: int = 1) -> int:
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Verdict:
+    if params.get("math") is not None:       # a tensor-core variant
+        return implicit_gemm_mma.supports(p, params, runtime)
     if p.groups != 1:
         return failed(f"opencl implicit_gemm does not run grouped convolution "
                       f"(groups={p.groups})")
@@ -201,7 +205,8 @@ def tiled_gemm(runtime: Runtime, p: ConvProblem, geo: Geometry, config: Config, 
     options += ["-DMERGE_KW"] if config.merge_kw else []
     options += ["-DINDIRECT"] if indirection is not None else []
     options += ["-DGEMM_FLOAT_IO"] if epilogue is None else ["-DEPILOGUE", *epilogue]
-    program = runtime.program(prog.program_source("implicit_gemm"), tuple(options))
+    source = prog.program_source("implicit_gemm", after=("splitk",))
+    program = runtime.program(source, tuple(options))
     m, splits = geo.m, config.splits
     ldy = n if ldy is None else ldy
     nbytes = partial_bytes(config, m, n, batches)
@@ -222,6 +227,8 @@ def tiled_gemm(runtime: Runtime, p: ConvProblem, geo: Geometry, config: Config, 
 
 def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
             runtime: Runtime) -> OpenCLKernel:
+    if params.get("math") is not None:
+        return implicit_gemm_mma.prepare(p, w, bias, params, runtime)
     verdict = supports(p, params, runtime)
     if not verdict.ok:
         raise UnsupportedError(f"opencl implicit_gemm: {verdict.reason}",

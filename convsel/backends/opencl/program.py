@@ -38,8 +38,12 @@ def kernel_source(name: str) -> str:
     return (resources.files(__package__) / "kernels" / f"{name}.cl").read_text(encoding="utf-8")
 
 
-def program_source(name: str, preamble: str = "") -> str:
-    return "\n".join((kernel_source("common"), preamble, kernel_source(name)))
+def program_source(name: str, preamble: str = "", after: tuple[str, ...] = ()) -> str:
+    """common.cl, ``preamble``, the kernel file ``name``, then the shared files ``after``
+    (kernels that several programs hold, such as split-K's reduction)."""
+    parts = (kernel_source("common"), preamble, kernel_source(name),
+             *(kernel_source(extra) for extra in after))
+    return "\n".join(parts)
 
 
 def float_literal(value: float) -> str:

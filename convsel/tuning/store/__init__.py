@@ -23,6 +23,8 @@ class Transaction(Protocol):
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
 
 class Engine(Protocol):
     """One open store. ``location`` never holds a password."""

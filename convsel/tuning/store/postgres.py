@@ -198,6 +198,10 @@ class _Transaction:
         if rows:
             self._con.cursor().executemany(_pg(sql), rows)
 
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        found: list[tuple[Any, ...]] = self._con.execute(_pg(sql), args).fetchall()
+        return found
+
 
 def _commit(tx: Any) -> None:
     tx.__exit__(None, None, None)

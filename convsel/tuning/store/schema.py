@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from ... import config
 from ...errors import TuningDatabaseError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "convsel-tuning"
 ENV_VAR = config.variable("tuning_db")
 
@@ -37,9 +37,27 @@ CREATE TABLE IF NOT EXISTS models (
     family TEXT NOT NULL, model TEXT NOT NULL, meta TEXT NOT NULL, created {float} NOT NULL,
     PRIMARY KEY (backend, vendor, device, driver, convsel_version, implementations_version));
 """,
+    # Fleet uploads (convsel.tuning.fleet): every uploaded measurement of an entry's key, with
+    # who sent it and when, from which the entry is merged; and fit jobs run off the request
+    # path, which any replica can report on.
+    3: """
+CREATE TABLE IF NOT EXISTS uploads (
+    problem TEXT NOT NULL, backend TEXT NOT NULL, vendor TEXT NOT NULL, device TEXT NOT NULL,
+    driver TEXT NOT NULL, convsel_version TEXT NOT NULL, implementations_version TEXT NOT NULL,
+    digest TEXT NOT NULL, uploader TEXT NOT NULL, received {float} NOT NULL,
+    status TEXT NOT NULL, note TEXT NOT NULL, winner TEXT, tie TEXT NOT NULL,
+    timings TEXT NOT NULL, created {float} NOT NULL,
+    PRIMARY KEY (problem, backend, vendor, device, driver, convsel_version,
+                 implementations_version, digest));
+CREATE INDEX IF NOT EXISTS uploads_by_device ON uploads (backend, vendor, device, driver);
+CREATE TABLE IF NOT EXISTS fit_jobs (
+    id TEXT PRIMARY KEY, backend TEXT NOT NULL, vendor TEXT NOT NULL, device TEXT NOT NULL,
+    driver TEXT NOT NULL, requester TEXT NOT NULL, status TEXT NOT NULL,
+    submitted {float} NOT NULL, finished {float}, result TEXT);
+""",
 }
 
-TABLES = frozenset({"meta", "entries", "models"})
+TABLES = frozenset({"meta", "entries", "models", "uploads", "fit_jobs"})
 
 ENTRY_KEY = ("problem", "backend", "vendor", "device", "driver", "convsel_version",
              "implementations_version")

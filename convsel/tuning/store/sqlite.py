@@ -269,6 +269,9 @@ class _Transaction:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._con.executemany(sql, rows)
 
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._con.execute(sql, args).fetchall()
+
 
 def _connect(target: str, timeout: float, *, uri: bool) -> sqlite3.Connection:
     # autocommit mode: transactions are explicit (BEGIN IMMEDIATE), never implicit.

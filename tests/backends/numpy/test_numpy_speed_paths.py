@@ -8,6 +8,9 @@ scatter that adds the bias, and the phase profiler. Outputs start as NaN and eve
 buffer is NaN-poisoned each time it is handed out, so an element a path forgets to write,
 or a stale buffer it relies on, fails. Each kernel runs twice on different inputs: buffers
 kept between runs (the padded border, the ones column) must not leak the first run.
+
+Every test runs twice: on the pure numpy paths, and on the fused kernels of the ``cpu``
+extra (numba; that run skips where numba is not installed).
 """
 
 from __future__ import annotations
@@ -18,10 +21,19 @@ import numpy as np
 import pytest
 from tolerances import assert_within_tolerance
 
-from convsel.backends.numpy import common, direct, gemm_1x1, im2col_gemm, winograd
+from convsel.backends.numpy import accel, common, direct, gemm_1x1, im2col_gemm, winograd
 from convsel.backends.numpy.blas import gemm_bias
 from convsel.backends.numpy.profile import PHASES, phase, profiling
 from convsel.problem import ConvProblem
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["numpy", "fused"])
+def fused(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Which path the kernels prepared in the test take."""
+    if request.param and not accel.available().ok:
+        pytest.skip(accel.available().reason)
+    monkeypatch.setattr(accel, "_wanted", request.param)
+    return bool(request.param)
 
 
 @pytest.fixture(autouse=True)
@@ -137,6 +149,7 @@ def test_depthwise_on_a_padded_copy(monkeypatch: pytest.MonkeyPatch, p: ConvProb
     monkeypatch.setattr(direct, "BAND_ELEMENTS", band)
     op = _check(direct, p, "direct", bias=with_bias)
     assert op.pad_input
+    assert (op.fused is not None) == op.accelerated
 
 
 @pytest.mark.parametrize("p", [
@@ -162,12 +175,14 @@ def test_winograd_scatter_adds_the_bias(p: ConvProblem, tile: tuple[int, int], w
 
 
 @pytest.mark.parametrize(("hw", "transposed"), [(7, True), (8, True), (9, False), (11, False)])
-def test_winograd_gemm_orientation(hw: int, transposed: bool):
-    """Few tiles: Mᵀ = Uᵀ Vᵀ; more: M = V U (F(2x2): 16 tiles at 7x7 and 8x8, 25 at 9x9)."""
+def test_winograd_gemm_orientation(hw: int, transposed: bool, fused: bool):
+    """Few tiles: Mᵀ = Uᵀ Vᵀ; more: M = V U (F(2x2): 16 tiles at 7x7 and 8x8, 25 at 9x9).
+    The fused output transform reads M = V U only."""
     p = ConvProblem(1, hw, hw, 6, 7, 3, 3, pad=1)
     tiles = (-(-hw // 2)) ** 2
     op = _check(winograd, p, "winograd", {"tile": (2, 2)})
-    assert op.transposed == (tiles <= winograd.TRANSPOSE_MAX_TILES) == transposed
+    assert (tiles <= winograd.TRANSPOSE_MAX_TILES) == transposed
+    assert op.transposed == (transposed and not fused)
 
 
 def test_winograd_in_bands_of_tile_rows(monkeypatch: pytest.MonkeyPatch):
@@ -184,7 +199,8 @@ def test_profiler_counts_phases_only_while_on():
     x = _data(p, 1)[0]
     with profiling() as totals:
         op.run(x)
-    assert {"pad", "copy", "transform", "blas"} <= set(totals) <= set(PHASES)
+    expected = {"pad", "fused", "blas"} if op.accelerated else {"pad", "copy", "transform", "blas"}
+    assert expected <= set(totals) <= set(PHASES)
     assert all(v >= 0 for v in totals.values())
     frozen = dict(totals)
     op.run(x)

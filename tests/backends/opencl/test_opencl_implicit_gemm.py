@@ -52,7 +52,8 @@ PROBLEMS = [
 
 @pytest.mark.parametrize("p", PROBLEMS, ids=str)
 def test_every_variant_matches_the_reference(p):
-    found = algorithms.variants("implicit_gemm", p, RULES)
+    # the tensor-core variants (F16 here) are test_opencl_tensor_cores.py's
+    found = [v for v in algorithms.variants("implicit_gemm", p, RULES) if "math" not in v]
     assert 1 <= len(found) <= home.MAX_VARIANTS
     for params in found:
         resolved = algorithms.supports("implicit_gemm", p, RULES, params).params

@@ -1,0 +1,39 @@
+#!/bin/bash
+# One device-machine call for the tensor-core work (issue 27): the probe, the tensor-core tests
+# (native on the GPU, with their log), the mma.sync ceiling and benchmarks/gpu.py, each step
+# with its own time limit so that one failing step still leaves the others' output.
+#
+#   bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] [gpu.py args...]
+#
+# WHEELS_DIR holds pyopencl and the other wheels the device lacks (benchmarks/NOTES-gpu.md).
+set -u
+wheels=$1 out=$2 test_s=${3:-240} bench_s=${4:-300}
+shift 4 2>/dev/null || shift $#
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheels"/*.whl \
+    || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+mkdir -p /tmp/icd && echo libnvidia-opencl.so.1 > /tmp/icd/nvidia.icd
+export OCL_ICD_VENDORS=/tmp/icd
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+
+echo "== probe"
+timeout 120 python3 - <<'EOF' 2>&1 | tee "$out/probe.log"
+from convsel.backends.opencl import get_runtime, mma
+rt = get_runtime()
+print(rt, "capability:", mma.device_capability(rt.device).reason)
+print("tensor cores:", mma.tensor_cores(rt))
+if not mma.tensor_cores(rt).ok:
+    for m in mma.MATH_MODES:
+        try:
+            print(m, mma.run_probe(rt, m))
+        except Exception as exc:
+            print(m, "FAILED:", exc)
+EOF
+
+echo "== tensor-core tests"
+timeout "$test_s" python3 -m pytest tests/backends/opencl/test_opencl_tensor_cores.py -q -s \
+    -p no:cacheprovider -rs 2>&1 | tee "$out/tensor-core-tests.log" | grep -v " ok$" | tail -40
+
+echo "== benchmark"
+timeout "$bench_s" python3 benchmarks/gpu.py --out "$out/gpu.json" "$@" 2>&1 \
+    | tee "$out/gpu.log" | tail -60

@@ -1,0 +1,237 @@
+"""Implicit GEMM on NVIDIA tensor cores (kernels/implicit_gemm_mma.cl): the implicit_gemm
+algorithm's variants with a ``math`` parameter, TF32 for F32 problems under fast math and F16
+for F16 problems, both accumulating in float.
+
+:mod:`.implicit_gemm` hands a variant here when its parameters name a math mode. The device
+must pass :func:`.mma.tensor_cores` (built, run and checked once per device); anywhere else
+the variant is unsupported with that reason. ``prepare(..., emulate=True)`` builds the same
+kernel with its mma.sync replaced by a local-memory emulation of the same fragments: tests
+use it to check the kernel's indexing on devices without tensor cores; no policy reaches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from ...algorithms.implicit_gemm import MMA_SLICES, MMA_TILES, mma_stage_bytes, mma_supports
+from ...algorithms.shared import MAX_SPLITS
+from ...errors import UnsupportedError
+from ...problem import ConvProblem
+from ...verdict import Verdict, failed
+from . import program as prog
+from .launch import Step, bind
+from .mma import tensor_cores
+from .prepared import (
+    NUMPY_DTYPES,
+    BufferPlan,
+    OpenCLKernel,
+    bias_buffer,
+    bias_options,
+    check_plan,
+    io_plan,
+    plan_verdict,
+)
+from .runtime import Runtime
+
+MmaTile = tuple[int, int, int, int]
+# Tests set this: on a device without tensor cores the variants then run their kernel with the
+# mma emulated (the same fragments, through local memory; slow) instead of being refused, so
+# the correctness suite checks the tensor-core kernel on every device. Never set in use.
+EMULATE_WITHOUT_TENSOR_CORES = False
+ALGORITHM = "implicit_gemm"
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    """Everything that shapes one tensor-core launch."""
+
+    math: str
+    tile: MmaTile
+    slice_words: int          # SW: words of the reduction staged at a time
+    load: str                 # "async" (cp.async) or "registers"
+    stages: int
+    unit_words: int           # 4: 16-byte loads; 1: one word (any channel count)
+    merge_kw: bool
+    splits: int
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.tile[2] * self.tile[3]
+
+    @property
+    def local_bytes(self) -> int:
+        return self.stages * mma_stage_bytes(self.tile, self.slice_words)
+
+
+def elements_per_word(math_mode: str) -> int:
+    return 2 if math_mode == "f16" else 1
+
+
+def default_tile(runtime: Runtime, m: int, n: int) -> MmaTile:
+    """The biggest declared tile that still makes about two work-groups per compute unit."""
+    want = 2 * int(runtime.device.max_compute_units)
+    for tile in MMA_TILES:
+        if -(-m // tile[0]) * -(-n // tile[1]) >= want:
+            return tile
+    return MMA_TILES[-1]
+
+
+def default_splits(runtime: Runtime, m: int, n: int, tile: MmaTile, slices: int) -> int:
+    """Split-K on a GPU when the tiles alone leave compute units idle: about two work-groups
+    per unit, each split keeping at least 8 slices; 1 elsewhere."""
+    if not runtime.device.type & cl.device_type.GPU:
+        return 1
+    groups = -(-m // tile[0]) * -(-n // tile[1])
+    want = 2 * int(runtime.device.max_compute_units)
+    return max(1, min(want // groups, slices // 8, MAX_SPLITS))
+
+
+def pipeline(tile: MmaTile, unit_words: int, params: Mapping[str, Any], limit: int,
+             emulate: bool) -> tuple[int, str, int]:
+    """(slice words, load, stages): what ``params`` name, the rest chosen. cp.async where the
+    loads are 16 bytes (and not emulated), with the widest slice that still leaves two stages
+    and as many stages (up to 4) as local memory holds; otherwise registers, two stages where
+    they fit."""
+    load = params.get("load") or ("async" if unit_words == 4 and not emulate else "registers")
+    most = 4 if load == "async" else 2
+    named = params.get("slice")
+    for slice_words in [int(named)] if named else sorted(MMA_SLICES, reverse=True):
+        fit = limit // mma_stage_bytes(tile, slice_words)
+        stages = int(params.get("stages") or max(1, min(most, fit)))
+        if named or slice_words == min(MMA_SLICES) or 2 <= stages <= fit:
+            return slice_words, str(load), stages
+    raise AssertionError("unreachable: the narrowest slice always returns")
+
+
+def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
+              emulate: bool = False) -> MmaConfig:
+    """The launch configuration of a resolved tensor-core variant; UnsupportedError for one
+    that cannot run here."""
+    verdict = mma_supports(p, params)
+    if not verdict.ok:
+        raise UnsupportedError(verdict.reason, algorithm=ALGORITHM, backend="opencl")
+    resolved = verdict.params
+    math_mode = str(resolved["math"])
+    m = p.n * p.out_h * p.out_w
+    asked = resolved.get("mma")
+    tile: MmaTile = (tuple(int(v) for v in asked) if asked is not None  # type: ignore[assignment]
+                     else default_tile(runtime, m, p.k))
+    per_word = elements_per_word(math_mode)
+    merge = p.dilation[1] == 1 and p.kw > 1 and p.c < 8
+    unit = 4 if not merge and p.c % (4 * per_word) == 0 else 1
+    slice_words, load, stages = pipeline(tile, unit, resolved,
+                                         int(runtime.device.local_mem_size), emulate)
+    if load == "async" and unit != 4:
+        raise UnsupportedError(f"load 'async' copies 16 bytes: C={p.c} is not a multiple of "
+                               f"{4 * per_word}", algorithm=ALGORITHM, backend="opencl")
+    if load == "async" and emulate:
+        raise UnsupportedError("cp.async has no emulation: use load 'registers'",
+                               algorithm=ALGORITHM, backend="opencl")
+    if not (2 <= stages <= 4 if load == "async" else 1 <= stages <= 2):
+        raise UnsupportedError(f"load {load!r} with {stages} stage(s): async keeps 2 to 4, "
+                               "registers 1 or 2", algorithm=ALGORITHM, backend="opencl")
+    per_tap = p.kw * p.c if merge else p.c
+    slices = (p.kh if merge else p.kh * p.kw) * -(-per_tap // (slice_words * per_word))
+    split = resolved.get("split")
+    splits = int(split) if split is not None else default_splits(runtime, m, p.k, tile,
+                                                                 slices)
+    if not 1 <= splits <= slices:
+        raise UnsupportedError(f"split {splits}: the reduction has {slices} slices; choose "
+                               f"1..{slices}", algorithm=ALGORITHM, backend="opencl")
+    return MmaConfig(math_mode, tile, slice_words, load, stages, unit, merge, splits)
+
+
+def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
+             emulate: bool = False) -> Verdict:
+    """Whether this device runs the variant: the math mode's own rule first (TF32 only
+    under fast math), then tensor cores on the device, then its limits."""
+    if p.groups != 1:
+        return failed(f"opencl implicit_gemm does not run grouped convolution "
+                      f"(groups={p.groups})")
+    rule = mma_supports(p, params)
+    if not rule.ok:
+        return rule
+    emulate = emulate or _emulated_here(runtime)
+    if not emulate:
+        capable = tensor_cores(runtime)
+        if not capable.ok:
+            return failed(f"no tensor cores for {params.get('math')}: {capable.reason}")
+    try:
+        config = configure(p, params, runtime, emulate)
+    except UnsupportedError as exc:
+        return failed(str(exc))
+    if config.threads > runtime.max_work_group:
+        return failed(f"mma {config.tile} needs {config.threads} work-items per group; the "
+                      f"device allows {runtime.max_work_group}")
+    if config.local_bytes > int(runtime.device.local_mem_size):
+        return failed(f"mma {config.tile} with {config.stages} stage(s) needs "
+                      f"{config.local_bytes} bytes of local memory; the device has "
+                      f"{int(runtime.device.local_mem_size)}")
+    return plan_verdict(p, _plan(p, config), runtime)
+
+
+def _emulated_here(runtime: Runtime) -> bool:
+    return EMULATE_WITHOUT_TENSOR_CORES and not tensor_cores(runtime).ok
+
+
+def _plan(p: ConvProblem, config: MmaConfig) -> BufferPlan:
+    m = p.n * p.out_h * p.out_w
+    partial = 0 if config.splits == 1 else config.splits * m * p.k
+    return io_plan(p).add("partial", partial, 4)
+
+
+def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
+                  emulate: bool) -> list[str]:
+    bm, bn, wm, wn = config.tile
+    # Halves move as bits (never native half arithmetic); DATA_* is the storage of y, bias.
+    options = [f"-DMATH_{config.math.upper()}", f"-DDATA_{p.dtype}", f"-DBM={bm}",
+               f"-DBN={bn}", f"-DWARPS_M={wm}", f"-DWARPS_N={wn}",
+               f"-DSW={config.slice_words}", f"-DSTAGES={config.stages}",
+               f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}"]
+    options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
+    options += ["-DMERGE_KW"] if config.merge_kw else []
+    options += ["-DMMA_EMULATE"] if emulate else []
+    return options
+
+
+def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
+            runtime: Runtime, emulate: bool = False) -> OpenCLKernel:
+    emulate = emulate or _emulated_here(runtime)
+    verdict = supports(p, params, runtime, emulate)
+    if not verdict.ok:
+        raise UnsupportedError(f"opencl implicit_gemm: {verdict.reason}", algorithm=ALGORITHM,
+                               backend="opencl")
+    config = configure(p, params, runtime, emulate)
+    plan = _plan(p, config)
+    check_plan(p, plan, runtime, ALGORITHM)
+    dtype = NUMPY_DTYPES[p.dtype]
+    options = build_options(p, config, bias, emulate)
+    source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
+                                 after=("splitk",))
+    program = runtime.program(source, tuple(options))
+    # OHWI as it comes: each output channel's KH*KW*C weights contiguous (B's columns).
+    w_dev = runtime.buffer(0, np.ascontiguousarray(w, dtype=dtype))
+    b_dev = bias_buffer(runtime, bias, dtype)
+    x_dev = runtime.buffer(plan.sizes["x"])
+    y_dev = runtime.buffer(plan.sizes["y"])
+    part = runtime.buffer(plan.sizes["partial"]) if config.splits > 1 else runtime.buffer(4)
+    m, n = p.n * p.out_h * p.out_w, p.k
+    extents = [m, n, p.c, p.h, p.w, p.out_h, p.out_w, p.pad[0], p.pad[2], config.splits]
+    kernel = bind(program, "implicit_gemm_mma", [x_dev, w_dev, b_dev, y_dev, part, *extents])
+    bm, bn = config.tile[:2]
+    gws = (-(-n // bn) * config.threads, -(-m // bm), config.splits)
+    name = f"implicit_gemm_{config.math}"
+    steps = [Step(name, kernel, gws, prog.config_id(name, p, options, extents))]
+    if config.splits > 1:
+        red_ext = [m, n, n, 0, 0, config.splits]
+        reduce = bind(program, "splitk_reduce", [part, b_dev, y_dev, *red_ext])
+        steps.append(Step("splitk_reduce", reduce, (n, m, 1),
+                          prog.config_id("splitk_reduce", p, options, red_ext)))
+    workspace = plan.sizes["partial"]
+    return OpenCLKernel(runtime, p, x_dev, y_dev, steps, workspace,
+                        keep=[w_dev, b_dev, part])

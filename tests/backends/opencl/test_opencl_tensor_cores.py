@@ -1,0 +1,381 @@
+"""Tensor cores from OpenCL (backends/opencl/mma.py, implicit_gemm_mma.py).
+
+Three kinds of test:
+- everywhere: TF32 never runs without fast math, whatever asks for it; a device without
+  tensor cores refuses the variants with a reason (never a build error);
+- everywhere: the kernel with its mma.sync emulated (the same fragments exchanged through
+  local memory, ``emulate=True``) against float64 on the operands as the kernel rounds them,
+  to float32 accuracy: this checks the kernel's gathering, fragment and epilogue indexing on
+  any device, PoCL's CPU device included;
+- on a device with tensor cores (skipped elsewhere, with the probe's reason): every
+  declared variant, natively, on every distinct ResNet-50 layer and on random shapes,
+  against float64 on the exact inputs within :func:`mma.error_bound` (its docstring states
+  the formula), outputs NaN-poisoned. Run on the H100 with ``-s`` for the log committed under
+  benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from opencl_support import opencl_runtime
+
+import convsel
+from convsel import algorithms, api, finder
+from convsel.errors import FallbackWarning, UnsupportedError
+from convsel.problem import ConvProblem
+from convsel.reference import conv2d_reference
+from convsel.rules import default_rules
+from convsel.tuning.layers import Layer, distinct, load_layers
+
+pytest.importorskip("pyopencl")
+
+from convsel.backends.opencl import implicit_gemm as ig  # noqa: E402
+from convsel.backends.opencl import implicit_gemm_mma as igm  # noqa: E402
+from convsel.backends.opencl import mma, prepared  # noqa: E402
+
+RULES = default_rules()
+U32 = 2.0**-24
+
+
+@pytest.fixture(autouse=True)
+def _nan_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prepared, "OUTPUT_FILL", np.nan)
+
+
+@pytest.fixture()
+def rt():
+    return opencl_runtime()
+
+
+def tensor_core_runtime():
+    runtime = opencl_runtime()
+    verdict = mma.tensor_cores(runtime)
+    if not verdict.ok:
+        pytest.skip(f"no tensor cores here: {verdict.reason}")
+    return runtime
+
+
+# -- TF32 only under fast math ---------------------------------------------------------------
+F32_EXACT = ConvProblem(1, 6, 5, 16, 24, 3, 3, pad=1)
+F32_FAST = F32_EXACT.replace(fast_math=True)
+
+
+def _tf32_labels(labels):
+    return [label for label in labels if "tf32" in label]
+
+
+def test_no_tf32_variant_is_offered_without_fast_math():
+    layers, _ = load_layers(None, None)
+    checked = 0
+    for layer in distinct(layers):
+        p = layer.problem.replace(dtype="F32", fast_math=False)
+        variants = algorithms.variants("implicit_gemm", p, RULES)
+        assert not [v for v in variants if v.get("math") == "tf32"], layer.label
+        fast = algorithms.variants("implicit_gemm", p.replace(fast_math=True), RULES)
+        checked += p.groups == 1 and any(v.get("math") == "tf32" for v in fast)
+    assert checked > 20       # the same layers with fast math do offer TF32
+
+
+def test_tf32_is_refused_for_a_problem_without_fast_math(rt):
+    params = {"math": "tf32", "mma": (64, 64, 2, 2)}
+    for verdict in (algorithms.supports("implicit_gemm", F32_EXACT, RULES, params),
+                    ig.supports(F32_EXACT, params, rt),
+                    igm.supports(F32_EXACT, params, rt, emulate=True)):
+        assert not verdict.ok and "fast_math" in verdict.reason
+    with pytest.raises(UnsupportedError, match="fast_math"):
+        igm.prepare(F32_EXACT, np.ones(F32_EXACT.weights_shape, np.float32), None, params, rt,
+                    emulate=True)
+
+
+def test_prepare_never_runs_tf32_without_fast_math():
+    """Named with its parameters, TF32 is an UnsupportedError before any backend is tried
+    (and no fallback runs something else instead)."""
+    p = F32_EXACT
+    w = np.ones(p.weights_shape, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for backend in ("opencl", "numpy"):
+            for params in ({"math": "tf32"}, {"math": "tf32", "mma": (64, 64, 2, 2)}):
+                with pytest.raises(UnsupportedError, match="fast_math"):
+                    api.prepare(p, w, algorithm="implicit_gemm", params=params,
+                                backend=backend)
+
+
+def test_the_measured_policy_never_carries_a_tf32_answer_over_to_exact_math(tmp_path, rt):
+    """A TF32 winner recorded for the fast-math problem is not the answer for the same shape
+    without fast math (fast_math is part of the database key), nor for ACL's policy."""
+    from convsel.tuning.db import TuningDB, TuningEntry
+    from convsel.tuning.measure import decide, device_identity
+
+    label = algorithms.label_of("implicit_gemm", {"math": "tf32", "mma": (64, 64, 2, 2)})
+    timings = {label: {"algorithm": "implicit_gemm",
+                       "params": {"math": "tf32", "mma": [64, 64, 2, 2]}, "median_s": 1e-4,
+                       "iqr_s": 0.0, "runs": 5, "min_s": 1e-4, "pruned": False},
+               "direct": {"algorithm": "direct", "params": {}, "median_s": 1e-2,
+                          "iqr_s": 0.0, "runs": 5, "min_s": 1e-2, "pruned": False}}
+    db = TuningDB(tmp_path / "tuning.sqlite")
+    winner, tie = decide(timings)
+    db.record(TuningEntry(problem=F32_FAST, backend="opencl",
+                          device=device_identity("opencl"), winner=winner, tie=tie,
+                          timings=timings))
+    fast = convsel.choose(F32_FAST, "cpu", policy="measured", backend="opencl", db=db)
+    assert fast.params.get("math") == "tf32"           # the entry is found and used
+    for policy, options in (("measured", {"backend": "opencl", "db": db}), ("acl", {})):
+        for target in ("cpu", "G78"):
+            sel = convsel.choose(F32_EXACT, target, policy=policy, **options)
+            assert sel.params.get("math") != "tf32", (policy, target, sel)
+
+
+def test_find_lists_no_tf32_without_fast_math_and_explains_it_with(rt):
+    """find times every candidate: without fast math no TF32 one exists; with it, on a device
+    without tensor cores, each TF32 candidate is listed as not run, with the reason."""
+    exact = finder.find(F32_EXACT, backend="opencl", budget_s=20)
+    assert not _tf32_labels(r.label for r in exact.results)
+    assert all(r.params.get("math") is None for r in exact.results)
+    fast = finder.find(F32_FAST, backend="opencl", budget_s=20)
+    tf32 = [r for r in fast.results if r.params.get("math") == "tf32"]
+    assert tf32 and all("math=tf32" in r.label for r in tf32)
+    if not mma.tensor_cores(rt).ok:
+        assert all(r.status != "ok" and "tensor cores" in r.reason for r in tf32), \
+            [(r.label, r.status, r.reason) for r in tf32]
+
+
+# -- capability ----------------------------------------------------------------------------------
+def test_the_probe_answers_with_a_reason_and_never_raises(rt):
+    verdict = mma.tensor_cores(rt)
+    assert verdict.reason
+    assert mma.tensor_cores(rt) is verdict                   # probed once per device
+    if "NVIDIA" not in rt.device.platform.name.upper():
+        assert not verdict.ok and "NVIDIA" in verdict.reason
+        refused = ig.supports(F32_FAST, {"math": "tf32"}, rt)
+        assert not refused.ok and "no tensor cores" in refused.reason
+
+
+@pytest.mark.parametrize("math_mode", mma.MATH_MODES)
+def test_the_probes_operands_and_layout_agree_with_numpy(rt, math_mode):
+    """The probe's packing of A, B (and the fragment places of mma.cl) through the emulated
+    mma: exact small-integer products. On an NVIDIA device the same probe runs natively."""
+    d = mma.run_probe(rt, math_mode, emulate=True)
+    np.testing.assert_array_equal(d.astype(np.float64), mma.probe_operands(math_mode)[2])
+
+
+def test_error_bound_grows_with_the_reduction_and_knows_its_modes():
+    small = mma.error_bound("tf32", "F32", 9)
+    big = mma.error_bound("tf32", "F32", 4608)
+    assert 2 * mma.U_TF32 < small < big < 4e-3
+    assert mma.error_bound("f16", "F16", 9) > mma.U_F16
+    assert mma.error_bound("f16", "F32", 9) < small        # halves in: no input rounding
+    with pytest.raises(ValueError, match="math"):
+        mma.error_bound("fp8", "F32", 9)
+
+
+# -- the kernel, its mma emulated ------------------------------------------------------------------
+def tf32_round(a: np.ndarray) -> np.ndarray:
+    """cvt.rna.tf32.f32 on finite float32: nearest, ties away from zero, 10 fraction bits."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _data(p: ConvProblem, seed: int, bias: bool = True):
+    """x, w, and a bias (zeros when ``bias`` is off: the kernel is then built without one,
+    as benchmarks/gpu.py builds it, so both share the device's compiled programs)."""
+    rng = np.random.default_rng(seed)
+    dtype = np.float16 if p.dtype == "F16" else np.float32
+    x = rng.standard_normal(p.input_shape).astype(dtype)
+    w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(dtype)
+    b = rng.standard_normal(p.k).astype(dtype) if bias else np.zeros(p.k, dtype)
+    return x, w, b
+
+
+def _scale(p: ConvProblem, x, w, b) -> np.ndarray:
+    """Per output: sum |x|*|w| + |bias|, what rounding errors are proportional to."""
+    return conv2d_reference(p.replace(activation=None), np.abs(x.astype(np.float64)),
+                            np.abs(w.astype(np.float64)), np.abs(b.astype(np.float64)))
+
+
+def _run(p, params, runtime, seed=0, emulate=False):
+    x, w, b = _data(p, seed)
+    kernel = igm.prepare(p, w, b, params, runtime, emulate=emulate)
+    y = kernel.run(x).astype(np.float64)
+    assert np.isfinite(y).all(), f"{p} {params}: unwritten or non-finite outputs"
+    return x, w, b, y, kernel
+
+
+EMULATED = [   # small shapes reaching every path: vector and word loads, merged taps, tails
+    ConvProblem(2, 9, 7, 16, 40, 3, 3, pad=1, activation="relu", fast_math=True),
+    ConvProblem(1, 11, 10, 5, 10, 3, 2, stride=(2, 1), pad=(1, 0, 1, 1), dilation=(2, 1),
+                fast_math=True),
+    ConvProblem(1, 15, 13, 3, 16, 7, 7, stride=2, pad=3, fast_math=True),        # merged taps
+    ConvProblem(2, 6, 6, 24, 12, 1, 1, stride=2, fast_math=True),
+    ConvProblem(2, 9, 7, 16, 40, 3, 3, pad=1, activation="relu", dtype="F16"),
+    ConvProblem(1, 11, 10, 5, 10, 3, 2, stride=(2, 1), pad=(1, 0, 1, 1), dilation=(2, 1),
+                dtype="F16"),
+    ConvProblem(1, 15, 13, 3, 16, 7, 7, stride=2, pad=3, dtype="F16"),
+]
+
+
+def _math(p: ConvProblem) -> str:
+    return "f16" if p.dtype == "F16" else "tf32"
+
+
+def _tight_check(p, params, runtime, x, w, b, y, splits):
+    """Against float64 on the operands the kernel multiplies (TF32-rounded for tf32): only
+    float32 accumulation (at most R + splits + 2 additions, each within 2^-24, the emulation
+    rounding to nearest) and, for F16, the output's rounding (2^-11) remain."""
+    if p.dtype == "F32":
+        xr, wr = tf32_round(x), tf32_round(w)
+    else:
+        xr, wr = x, w
+    ref = conv2d_reference(p, xr, wr, b)
+    scale = _scale(p, xr, wr, b)
+    gamma = (p.kh * p.kw * p.c + splits + 2) * U32 * 1.01
+    allowed = gamma * scale + (2.0**-11 * np.abs(ref) if p.dtype == "F16" else 0.0)
+    worst = float(np.max(np.abs(y - ref) - allowed))
+    assert worst <= 0, f"{p} {params}: error beyond float32 accumulation by {worst:.2e}"
+
+
+@pytest.mark.parametrize("p", EMULATED, ids=str)
+def test_emulated_kernel_matches_float64_to_float32_accuracy(rt, p):
+    checked = 0
+    cases = [{"mma": (32, 32, 1, 1)},                                   # slice 32, 2 stages
+             {"mma": (32, 64, 1, 2), "split": 2, "slice": 16},
+             {"mma": (32, 32, 1, 1), "stages": 1, "slice": 16}]
+    for extra in cases:
+        params = {"math": _math(p), **extra}
+        x, w, b, y, kernel = _run(p, params, rt, emulate=True)
+        splits = igm.configure(p, params, rt, emulate=True).splits
+        _tight_check(p, params, rt, x, w, b, y, splits)
+        ref = conv2d_reference(p, x, w, b)
+        bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c, splits)
+        assert np.max(np.abs(y - ref) / _scale(p, x, w, b)) <= bound
+        checked += 1
+    assert checked == len(cases)
+
+
+def test_a_declared_tile_of_several_warps_emulated(rt):
+    """Warps side by side in both directions, a tile bigger than the problem."""
+    p = EMULATED[0]
+    params = {"math": "tf32", "mma": (64, 64, 2, 2)}
+    x, w, b, y, _ = _run(p, params, rt, emulate=True)
+    _tight_check(p, params, rt, x, w, b, y, 1)
+
+
+def test_cp_async_is_native_only(rt):
+    """cp.async has no emulation: asked for under emulation it is refused with the reason;
+    an emulated run with no load named stages through registers."""
+    p = EMULATED[0]
+    refused = igm.supports(p, {"math": "tf32", "load": "async"}, rt, emulate=True)
+    assert not refused.ok and "no emulation" in refused.reason
+    config = igm.configure(p, {"math": "tf32", "mma": (64, 64, 2, 2)}, rt, emulate=True)
+    assert config.load == "registers" and config.slice_words == 32 and config.stages == 2
+    few = ConvProblem(1, 8, 8, 6, 16, 3, 3, pad=1, fast_math=True)     # 6 channels: word loads
+    assert not igm.supports(few, {"math": "tf32", "load": "async"}, rt, emulate=True).ok
+
+
+def test_split_k_and_stages_shape_the_launches(rt):
+    p = EMULATED[0]
+    _, _, _, _, kernel = _run(p, {"math": "tf32", "mma": (32, 64, 1, 2), "split": 3}, rt,
+                              emulate=True)
+    assert [s.name for s in kernel.steps] == ["implicit_gemm_tf32", "splitk_reduce"]
+    assert kernel.workspace_bytes == 3 * p.n * p.out_h * p.out_w * p.k * 4
+    assert algorithms.workspace_bytes("implicit_gemm", p, {"math": "tf32", "split": 3},
+                                      "opencl") == kernel.workspace_bytes
+
+
+def test_mma_constraint_names_the_bad_parameter():
+    p = F32_FAST
+    reason = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32",
+                                                             "mma": (48, 64, 2, 2)}).reason
+    assert "16*WARPS_M" in reason
+    reason = algorithms.supports("implicit_gemm", p, RULES, {"math": "f16"}).reason
+    assert "F16" in reason
+    reason = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32",
+                                                             "tile": (32, 32, 8, 4, 4)}).reason
+    assert "tile" in reason
+    reason = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32",
+                                                             "mma": (256, 128, 4, 2),
+                                                             "slice": 32, "stages": 2}).reason
+    assert "local memory" in reason
+    reason = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32", "load": "registers",
+                                                             "stages": 3}).reason
+    assert "stages must be 1..2" in reason
+    assert "slice must be" in algorithms.supports("implicit_gemm", p, RULES,
+                                                  {"math": "tf32", "slice": 8}).reason
+    assert not algorithms.supports("implicit_gemm", p, RULES, {"mma": (64, 64, 2, 2)}).ok
+
+
+# -- on tensor cores ----------------------------------------------------------------------------
+def _resnet50() -> list[Layer]:
+    layers, _ = load_layers(None, ["resnet50"])
+    return distinct(layers)
+
+
+def _native_case(p: ConvProblem, runtime, seed: int = 0, bias: bool = True) -> int:
+    """Every declared variant of ``p`` natively, against float64 on the exact inputs; the
+    number checked. Prints one line per variant (the device log)."""
+    x, w, b = _data(p, seed, bias)
+    ref = conv2d_reference(p, x, w, b)
+    scale = _scale(p, x, w, b)
+    variants = [v for v in algorithms.variants("implicit_gemm", p, RULES) if "math" in v]
+    assert variants, p
+    for params in variants:
+        config = igm.configure(p, params, runtime)
+        kernel = igm.prepare(p, w, b if bias else None, params, runtime)
+        y = kernel.run(x).astype(np.float64)
+        bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c, config.splits)
+        finite = bool(np.isfinite(y).all())
+        err = float(np.max(np.abs(y - ref) / scale)) if finite else math.inf
+        norm = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if finite else math.inf
+        print(f"{str(p)[:72]:<72} {algorithms.label_of('implicit_gemm', params):<44} "
+              f"split {config.splits:>2}  max err/scale {err:.2e}  bound {bound:.2e}  "
+              f"rel-l2 {norm:.1e}  {'ok' if err <= bound else 'FAIL'}")
+        assert finite, f"{p} {params}: unwritten or non-finite outputs"
+        assert err <= bound, f"{p} {params}: {err:.3e} > bound {bound:.3e}"
+    return len(variants)
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_every_variant_on_every_resnet50_layer_on_tensor_cores(dtype):
+    runtime = tensor_core_runtime()
+    checked = 0
+    for layer in _resnet50():
+        p = layer.problem.replace(n=2, dtype=dtype, fast_math=dtype == "F32")
+        checked += _native_case(p, runtime, bias=False)
+    assert checked >= 23 * 3
+
+
+def _random_problems(count: int, dtype: str, seed: int) -> list[ConvProblem]:
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        kh, kw = (int(v) for v in rng.choice([1, 3, 5, 7], 2))
+        sy, sx = (int(v) for v in rng.integers(1, 3, 2))
+        p = ConvProblem(int(rng.integers(1, 4)), int(rng.integers(kh, 40)),
+                        int(rng.integers(kw, 40)), int(rng.integers(1, 200)),
+                        int(rng.integers(1, 300)), kh, kw, stride=(sy, sx),
+                        pad=(int(rng.integers(0, kh)), int(rng.integers(0, kh)),
+                             int(rng.integers(0, kw)), int(rng.integers(0, kw))),
+                        dtype=dtype, fast_math=True,
+                        activation=["relu", None][int(rng.integers(0, 2))])
+        out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_every_variant_on_random_shapes_on_tensor_cores(dtype):
+    runtime = tensor_core_runtime()
+    checked = sum(_native_case(p, runtime, seed=i)
+                  for i, p in enumerate(_random_problems(8, dtype, 27)))
+    assert checked >= 8
+
+
+def test_the_probe_passes_on_an_nvidia_gpu_of_capability_8():
+    runtime = opencl_runtime()
+    capable = mma.device_capability(runtime.device)
+    if not capable.ok:
+        pytest.skip(capable.reason)
+    assert mma.tensor_cores(runtime).ok, mma.tensor_cores(runtime).reason
