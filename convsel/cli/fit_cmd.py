@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
              else device_identity(args.backend, device_arg(args.device)))
     entries = [e for e in db.entries(backend=args.backend, device=ident) if e.is_current]
     result = fit(entries, families=args.family, folds=args.folds, device=ident,
-                 statistic=args.statistic, target=args.target or default_target(args.backend),
+                 statistic=args.statistic, target=args.target,
                  noisy=args.noisy)
     db.save_model(model_key(args.backend, ident), result.family, result.model.to_data(),
                   result.meta)
@@ -69,15 +69,6 @@ def _recorded_device(db: TuningDB, backend: str, name: str) -> dict[str, str]:
                          f"{backend} timings in {db.path}; known: {', '.join(known) or 'none'}")
     vendor, device, driver = found.pop()
     return {"vendor": vendor, "name": device, "driver": driver}
-
-
-# The ACL target whose rules a model must beat, per backend: the Arm CPU rules for the CPU
-# backend, a Valhall Mali GPU's for OpenCL (the same used for the H100 figures).
-DEFAULT_TARGETS = {"numpy": "cpu", "opencl": "G77"}
-
-
-def default_target(backend: str) -> str:
-    return DEFAULT_TARGETS.get(backend, "cpu")
 
 
 def summary(meta: dict[str, Any], backend: str, where: str) -> str:
