@@ -1,13 +1,14 @@
-"""The one rule for BLAS and OpenMP threads: they are a property of a *timing*, not of the
-device.
+"""The one rule for threads: they are a property of a *timing*, not of the device.
 
-A timing records the threads its runs had (:func:`current`), and the tuning database's device
-key names only the hardware and the software (CPU model, numpy and its BLAS). Thread counts
-are read and set through threadpoolctl, which talks to the loaded BLAS and OpenMP libraries
-themselves, so what is recorded is what ran, whatever environment variable set it (or none).
-:func:`limited` runs code under a given count (``convsel tune --threads N``); a timing taken
-under other threads than the process now has is still found, and the answer says so
-(:func:`differs`).
+A timing records the threads its runs had (:func:`current`: BLAS's and OpenMP's, read through
+threadpoolctl from the loaded libraries themselves, so what is recorded is what ran whatever
+variable set it; the numpy backend's own pool for its fused kernels and FFT; the cores this
+process may use), and the tuning database's device key names only the hardware and the
+software (CPU model, numpy and its BLAS). :func:`limited` runs code under a given count
+(``convsel tune --threads N``), through the numpy backend's
+:func:`~convsel.backends.numpy.threads.limited_threads` (BLAS, fused kernels, FFT) and
+threadpoolctl (OpenMP); a timing taken under other threads than the process now has is still
+found, and the answer says so (:func:`differs`).
 
 Without threadpoolctl installed the counts come from the usual environment variables, and
 :func:`limited` cannot change them (it says so by returning the counts unchanged).
@@ -34,13 +35,20 @@ def cores() -> int:
 
 
 def current() -> dict[str, int]:
-    """``{"blas": n, "openmp": n, "cores": n}``: the threads the loaded BLAS and OpenMP
-    libraries use now (the largest where several are loaded; 0 where none is), and the cores
-    this process may run on."""
+    """``{"blas": n, "openmp": n, "pool": n, "cores": n}``: the threads the loaded BLAS and
+    OpenMP libraries use now (the largest where several are loaded; 0 where none is), the
+    numpy backend's own pool, and the cores this process may run on."""
     counts = _from_threadpoolctl()
     if counts is None:
         counts = {api: _from_environment(names) for api, names in _VARIABLES.items()}
-    return {**counts, "cores": cores()}
+    return {**counts, "pool": _pool(), "cores": cores()}
+
+
+def _pool() -> int:
+    """The numpy backend's own threads (fused kernels, FFT workers)."""
+    from .backends.numpy.threads import thread_count
+
+    return thread_count()
 
 
 # threadpoolctl's scan of the loaded libraries costs ~0.4 ms; reading the thread counts of
@@ -82,19 +90,30 @@ def limited(threads: int | None) -> Iterator[dict[str, int]]:
     if threads is None:
         yield current()
         return
+    import scipy.linalg  # noqa: F401 - scipy's own BLAS, loaded now, so that it is limited too
+
+    from .backends.numpy.threads import limited_threads
+
+    with limited_threads(threads), _openmp_limited(threads):
+        yield current()
+
+
+@contextlib.contextmanager
+def _openmp_limited(threads: int) -> Iterator[None]:
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
-        yield current()
+        yield
         return
-    with threadpool_limits(limits=threads):
-        yield current()
+    with threadpool_limits(limits=threads, user_api="openmp"):
+        yield
 
 
 def describe(counts: Mapping[str, Any]) -> str:
     """``"2 BLAS threads, 2 OpenMP threads on 2 cores"``."""
+    pool = f", {counts['pool']} for fused kernels and FFT" if "pool" in counts else ""
     return (f"{counts.get('blas', '?')} BLAS thread(s), {counts.get('openmp', '?')} OpenMP "
-            f"thread(s) on {counts.get('cores', '?')} core(s)")
+            f"thread(s){pool} on {counts.get('cores', '?')} core(s)")
 
 
 def differs(recorded: Mapping[str, Any] | None, now: Mapping[str, Any]) -> str:
@@ -102,7 +121,8 @@ def differs(recorded: Mapping[str, Any] | None, now: Mapping[str, Any]) -> str:
     BLAS threads and cores are the same, or the timing recorded none)."""
     if not recorded:
         return ""
-    changed = [k for k in ("blas", "cores") if recorded.get(k) != now.get(k)]
+    changed = [k for k in ("blas", "pool", "cores")
+               if k in recorded and recorded.get(k) != now.get(k)]
     if not changed:
         return ""
     return f"timed with {describe(recorded)}; this process has {describe(now)}"

@@ -189,8 +189,9 @@ def verdict(model: Mapping[ConvProblem, Pick], baseline: Mapping[ConvProblem, Pi
     """Whether the held-out picks ``model`` beat ACL's ``baseline`` on the problems both
     picked for: a lower geometric-mean regret by more than two standard errors of the
     per-problem log-regret differences (so chance does not pass: a model fitted on noise
-    does not), and a worst case no worse (within the timings' 3% noise floor). Returns ``{"accepted", "why", "problems",
-    "log_gain", "log_gain_se", "model": summary, "rules": summary}``."""
+    does not), and a worst case no worse (within the timings' 3% noise floor). Returns
+    ``{"accepted", "why", "problems", "log_gain", "log_gain_se", "model": summary, "rules":
+    summary}``."""
     both = [p for p in model if p in baseline]
     mine = {p: model[p] for p in both}
     theirs = {p: baseline[p] for p in both}

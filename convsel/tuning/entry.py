@@ -64,9 +64,12 @@ class TuningEntry:
         for label in ([self.winner] if self.winner else list(self.tie)):
             env = self.timings.get(label, {}).get("environment")
             if env:
-                return {"blas": int(env.get("blas_threads", 0)),
-                        "openmp": int(env.get("openmp_threads", 0)),
-                        "cores": int(env.get("cores", 0))}
+                found = {"blas": int(env.get("blas_threads", 0)),
+                         "openmp": int(env.get("openmp_threads", 0)),
+                         "cores": int(env.get("cores", 0))}
+                if "pool_threads" in env:    # recorded since the numpy backend has its own
+                    found["pool"] = int(env["pool_threads"])
+                return found
         return None
 
     @property

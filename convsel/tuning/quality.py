@@ -70,6 +70,7 @@ class Environment:
     waited_s: float = 0.0
     cpu_s: float = 0.0
     sampled: str = "run-queue+cpu-counters"
+    pool_threads: int = 0        # the numpy backend's own (fused kernels, FFT); 0: unknown
 
     @property
     def free_cores(self) -> float:
@@ -82,9 +83,11 @@ class Environment:
 
     @property
     def oversubscribed(self) -> bool:
-        """Several BLAS threads and not enough free cores for them (one thread is only
-        slowed, by at most :meth:`distortion`; several wait for each other)."""
-        return self.blas_threads > 1 and self.blas_threads > self.free_cores + OVERSUBSCRIBED_BY
+        """Several compute threads (BLAS's, or the backend's own pool) and not enough free
+        cores for them (one thread is only slowed, by at most :meth:`distortion`; several
+        wait for each other)."""
+        threads = max(self.blas_threads, self.pool_threads)
+        return threads > 1 and threads > self.free_cores + OVERSUBSCRIBED_BY
 
     @property
     def loaded(self) -> bool:
@@ -108,7 +111,8 @@ class Environment:
                        f"{self.waited_s * 1e3:.3g} ms of {self.seconds * 1e3:.3g} ms (load "
                        f"average {self.load_1m:.2f})")
         if self.oversubscribed:
-            out.append(f"oversubscribed: {self.blas_threads} BLAS thread(s) for "
+            out.append(f"oversubscribed: {max(self.blas_threads, self.pool_threads)} compute "
+                       f"thread(s) for "
                        f"{self.free_cores:.2f} free core(s) (time with fewer threads: "
                        f"--threads 1)")
         return out
@@ -126,7 +130,7 @@ class Environment:
                    float(data.get("others_busy_cores", 0.0)), float(data.get("load_1m", 0.0)),
                    int(data.get("blas_threads", 0)), int(data.get("openmp_threads", 0)),
                    float(data.get("waited_s", 0.0)), float(data.get("cpu_s", 0.0)),
-                   str(data.get("sampled", "")))
+                   str(data.get("sampled", "")), int(data.get("pool_threads", 0)))
 
 
 class Contention:
@@ -157,7 +161,7 @@ class Contention:
             others = min(max((busy - self._busy) - own, 0.0) / wall, float(cores))
             sampled.append("cpu-counters")
         return Environment(wall, cores, others, _load_1m(), counts["blas"], counts["openmp"],
-                           wait, own, "+".join(sampled) or "none")
+                           wait, own, "+".join(sampled) or "none", counts.get("pool", 0))
 
 
 def _run_queue_seconds() -> float | None:
