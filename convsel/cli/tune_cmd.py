@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     todo, done = _split(layers, db, args, device)
     if done:
         print(f"{len(done)} layer(s) already tuned for this device: skipped (--retune to time "
-              "them again; noisy ties are timed again anyway)")
+              "them again, `convsel db verify` to check them)")
     narrow = _shortlister(args, db, device)
     remote = start_remote(args, db, done, device)   # --remote: send what is already tuned
     bar = _bar(len(todo), args.no_progress)
@@ -285,9 +285,9 @@ def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,
     done = []
     for x in layers:
         entry = db.lookup(x.problem, args.backend, ident)
-        # a tie that may be the noise's doing, or an entry timed with other threads, is
-        # timed again
-        if entry is not None and not (entry.noise and not entry.confident) and (
+        # an entry timed with other threads is timed again (a noisy one is kept, and says
+        # so: `convsel db verify` or --retune times it again)
+        if entry is not None and (
                 args.backend != "numpy" or not threads.differs(entry.threads, counts)):
             done.append(x)
     return [x for x in layers if x not in done], done
