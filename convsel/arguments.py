@@ -128,14 +128,20 @@ def device_beside(chosen: Preference, device: Any) -> Any:
     return device
 
 
+def whole_number(field: str, value: Any, minimum: int, meaning: str = "") -> int:
+    """An integer ``>= minimum`` (a bool is not one); ``meaning`` follows the rule in the
+    error, e.g. ``"(bytes), or None for no limit"``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InvalidProblemError(field, value, f"must be an integer >= {minimum}"
+                                  + (f" {meaning}" if meaning else ""))
+    return int(value)
+
+
 def workspace_limit(value: Any) -> int | None:
     """``max_workspace_bytes``: None (no limit) or an integer number of bytes >= 0."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise InvalidProblemError("max_workspace_bytes", value,
-                                  "must be an integer >= 0 (bytes), or None for no limit")
-    return int(value)
+    return whole_number("max_workspace_bytes", value, 0, "(bytes), or None for no limit")
 
 
 def seconds(field: str, value: Any) -> float | None:
@@ -164,10 +170,8 @@ def top(value: Any) -> int | None:
     candidates to time, an integer >= 1."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise InvalidProblemError("top", value, "must be an integer >= 1 (how many of the "
-                                  "model's best-predicted candidates to time)")
-    return int(value)
+    return whole_number("top", value, 1, "(how many of the model's best-predicted "
+                        "candidates to time)")
 
 
 def algorithm(value: Any) -> str:

@@ -22,8 +22,9 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-_VARIABLES = {"blas": ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"),
-              "openmp": ("OMP_NUM_THREADS",)}
+# Config fields of the libraries' own thread variables, in the order each library reads them
+_FIELDS = {"blas": ("openblas_num_threads", "mkl_num_threads", "omp_num_threads"),
+           "openmp": ("omp_num_threads",)}
 
 
 def cores() -> int:
@@ -40,7 +41,7 @@ def current() -> dict[str, int]:
     numpy backend's own pool, and the cores this process may run on."""
     counts = _from_threadpoolctl()
     if counts is None:
-        counts = {api: _from_environment(names) for api, names in _VARIABLES.items()}
+        counts = {api: _from_environment(fields) for api, fields in _FIELDS.items()}
     return {**counts, "pool": _pool(), "cores": cores()}
 
 
@@ -72,12 +73,12 @@ def _from_threadpoolctl() -> dict[str, int] | None:
     return found
 
 
-def _from_environment(names: tuple[str, ...]) -> int:
+def _from_environment(fields: tuple[str, ...]) -> int:
     from . import config  # the one reader of the environment
 
-    found = config.current().blas_thread_variables()
-    for name in names:
-        value = str(found.get(name, "")).strip()
+    settings = config.current()
+    for name in fields:
+        value = str(getattr(settings, name) or "").strip()
         if value.isdigit() and int(value) > 0:
             return int(value)
     return cores()

@@ -98,7 +98,8 @@ def _inverse(a: list[list[Fraction]]) -> list[list[Fraction]]:
 def _check_sizes(m: int, r: int) -> None:
     for name, value in (("m", m), ("r", r)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r}: must be an integer >= 1")
+            raise ValueError(f"{name}={value!r}: a Winograd transform is sized by a whole "
+                             "number of points, at least 1")
     if m + r - 1 > MAX_TILE_INPUT:
         raise ValueError(f"F({m}, {r}): input tile m + r - 1 = {m + r - 1} exceeds "
                          f"{MAX_TILE_INPUT}, the most this module has interpolation points for")

@@ -24,7 +24,7 @@ from convsel.policies import POLICIES, POLICY_OPTIONS, get_policy, policy_option
 # Each rule's text (a phrase of its message), and the one module allowed to write it.
 RULE_TEXTS = {
     "unknown backend": "convsel/arguments.py",
-    "must be an integer >= 0": "convsel/arguments.py",
+    "must be an integer >=": "convsel/arguments.py",
     "must be a number > 0": "convsel/arguments.py",
     "best-predicted candidates to time": "convsel/arguments.py",
     "time an unseen problem on first use": "convsel/arguments.py",
@@ -72,13 +72,17 @@ def _findings() -> dict[tuple[str, str], int]:
     for module, tree in _sources():
         for node in ast.walk(tree):
             keys: list[str] = []
-            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
-                call = node.exc
+            # a rule is written where an error is raised, or where arguments.whole_number
+            # (which raises it) is handed its field and meaning
+            call = (node.exc if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+                    else node if isinstance(node, ast.Call) and _name(node.func) == "whole_number"
+                    else None)
+            if call is not None:
                 text = _text(call)
                 keys += [phrase for phrase in RULE_TEXTS if phrase in text]
                 first = call.args[0] if call.args else None
-                if (_name(call.func) == "InvalidProblemError" and isinstance(first, ast.Constant)
-                        and first.value in CHECKED_FIELDS):
+                if (_name(call.func) in ("InvalidProblemError", "whole_number")
+                        and isinstance(first, ast.Constant) and first.value in CHECKED_FIELDS):
                     keys.append(first.value)
             elif isinstance(node, ast.Compare) and any(
                     isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import arguments
 from ..errors import InvalidProblemError
 from .quality import Contention, Environment, run_statistics
 
@@ -69,13 +70,10 @@ class TimingSettings:
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
             raise InvalidProblemError("clock", self.clock, f"one of {', '.join(CLOCKS)}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(
-                self.threads, int) or self.threads < 1):
-            raise InvalidProblemError("threads", self.threads, "must be an integer >= 1, or "
-                                      "None for the process's own setting")
-        if isinstance(self.retimes, bool) or not isinstance(self.retimes, int) or \
-                self.retimes < 0:
-            raise InvalidProblemError("retimes", self.retimes, "must be an integer >= 0")
+        if self.threads is not None:
+            arguments.whole_number("threads", self.threads, 1,
+                                   "or None for the process's own setting")
+        arguments.whole_number("retimes", self.retimes, 0)
 
     def longer(self) -> TimingSettings:
         """These settings with twice the runs and time, in two more rounds (a re-time)."""
