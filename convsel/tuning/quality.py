@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -144,10 +145,13 @@ class Contention:
         self._own = time.process_time()     # every thread of this process, BLAS's included
         self._busy = _busy_seconds(self._cpus)
         self._waited = _run_queue_seconds()
+        _remember(self._cpus, self._wall, self._busy, self._own)
 
     def stop(self) -> Environment:
-        wall = time.perf_counter() - self._wall
-        own = time.process_time() - self._own
+        now = time.perf_counter()
+        wall = now - self._wall
+        own_now = time.process_time()
+        own = own_now - self._own
         busy, waited = _busy_seconds(self._cpus), _run_queue_seconds()
         counts = threads.current()
         cores = len(self._cpus)
@@ -157,11 +161,49 @@ class Contention:
             wait = max(waited - self._waited, 0.0)
             sampled.append("run-queue")
         others = 0.0
-        if busy is not None and self._busy is not None and wall >= _MIN_SAMPLED_S:
-            others = min(max((busy - self._busy) - own, 0.0) / wall, float(cores))
-            sampled.append("cpu-counters")
+        # A race too short for the 10 ms counters reads them over the latest window that is
+        # long enough (it ends now, so it holds this race): a lucky race that waited little
+        # on a busy machine must still see the others.
+        since = ((self._wall, self._busy, self._own) if wall >= _MIN_SAMPLED_S
+                 else _window_start(self._cpus, now))
+        if since is None:
+            # no reading old enough yet (the first races of a process): let the counters run
+            # on for what the race lacked, once; only others use the cores meanwhile
+            time.sleep(_MIN_SAMPLED_S - wall)
+            now, own_now = time.perf_counter(), time.process_time()
+            busy = _busy_seconds(self._cpus)
+            since = (self._wall, self._busy, self._own)
+        if busy is not None and since is not None and since[1] is not None:
+            span = now - since[0]
+            others = min(max((busy - since[1]) - (own_now - since[2]), 0.0) / span,
+                         float(cores))
+            sampled.append("cpu-counters" if since[0] == self._wall
+                           else f"cpu-counters over the last {span * 1e3:.0f} ms")
+        _remember(self._cpus, now, busy, own_now)
         return Environment(wall, cores, others, _load_1m(), counts["blas"], counts["openmp"],
                            wait, own, "+".join(sampled) or "none", counts.get("pool", 0))
+
+
+# Recent (wall, busy, own) readings of the counters, per CPU set: a short race reads the
+# counters over a window that starts at one of them (see Contention.stop).
+_RECENT: dict[tuple[int, ...], deque[tuple[float, float | None, float]]] = {}
+_MAX_WINDOW_S = 2.0     # an older reading would mostly speak of before the race
+
+
+def _remember(cpus: Sequence[int], wall: float, busy: float | None, own: float) -> None:
+    _RECENT.setdefault(tuple(cpus), deque(maxlen=64)).append((wall, busy, own))
+
+
+def _window_start(cpus: Sequence[int], now: float) -> tuple[float, float | None, float] | None:
+    """The newest reading at least the counters' resolution old and at most
+    :data:`_MAX_WINDOW_S` old (None: no such reading yet)."""
+    for reading in reversed(_RECENT.get(tuple(cpus), ())):
+        age = now - reading[0]
+        if age > _MAX_WINDOW_S:
+            return None
+        if age >= _MIN_SAMPLED_S:
+            return reading
+    return None
 
 
 def _run_queue_seconds() -> float | None:
