@@ -4,6 +4,9 @@ import os
 
 import pytest
 
+# learn_support's fixtures (fresh_learn_caches) for the learned-policy tests in every folder
+pytest_plugins = ["learn_support"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def private_tuning_db(tmp_path_factory):

@@ -11,92 +11,28 @@ fixed cost: slow on small layers only) is learned by the roofline family.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 import pytest
+from learn_support import (
+    UNSEEN_NARROW,
+    UNSEEN_WIDE,
+    entry_for,
+    fit_and_save,
+    overhead_seconds,
+    training_problems,
+)
 
-from convsel import ConvProblem, algorithms, choose
+from convsel import ConvProblem, choose
 from convsel.cli import main
 from convsel.learn import stored as stored_mod
 from convsel.learn.features import candidate_features
 from convsel.learn.fit import dataset, fit
 from convsel.learn.stored import decode, model_key
-from convsel.policies import device as policy_device
 from convsel.tuning import db as db_mod
 from convsel.tuning.db import TuningDB, TuningEntry
-from convsel.tuning.measure import candidates, decide, device_identity
+from convsel.tuning.measure import candidates, decide
 from convsel.tuning.sample import sample_problems
-
-WIDE = 64           # from this many input channels on, Winograd is the fast one
-
-
-def synthetic_seconds(p: ConvProblem, algorithm: str) -> float:
-    """Winograd and im2col + GEMM as the rule says; every other algorithm of the registry
-    slower than both, each by its own factor."""
-    base = p.flops / 2e10 + 2e-5
-    if algorithm == "winograd":
-        return base * (0.4 if p.c >= WIDE else 3.0)
-    if algorithm == "im2col_gemm":
-        return base
-    return base * (1.5 + algorithms.spec(algorithm).timing_rank)
-
-
-def overhead_seconds(p: ConvProblem, algorithm: str) -> float:
-    """Winograd: a third of the arithmetic time but 1 ms fixed; the rest as above."""
-    if algorithm == "winograd":
-        return 0.3 * p.flops / 2e10 + 1e-3
-    return synthetic_seconds(p, algorithm)
-
-
-def entry_for(p: ConvProblem, ident: dict[str, str], cost=synthetic_seconds) -> TuningEntry:
-    found, _ = candidates(p, "numpy")
-    timings: dict[str, dict[str, Any]] = {}
-    for cand in found:
-        s = cost(p, cand.algorithm)
-        timings[cand.label] = {"algorithm": cand.algorithm,
-                               "params": {k: list(v) for k, v in cand.params.items()},
-                               "median_s": s, "iqr_s": 0.01 * s, "runs": 8}
-    winner, tie = decide(timings)
-    return TuningEntry(problem=p, backend="numpy", device=ident, winner=winner, tie=tie,
-                       timings=timings)
-
-
-def training_problems() -> list[ConvProblem]:
-    return [ConvProblem(1, h, h, c, k, 3, 3, pad=1)
-            for h in (8, 14, 28) for c in (8, 16, 32, 48, 64, 96, 128, 256)
-            for k in (16, 64, 128)]
-
-
-UNSEEN_WIDE = ConvProblem(1, 20, 20, 192, 96, 3, 3, pad=1)
-UNSEEN_NARROW = ConvProblem(1, 20, 20, 24, 96, 3, 3, pad=1)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    yield
-    policy_device.cached_identity.cache_clear()
-    stored_mod._cache.clear()
-
-
-@pytest.fixture
-def ident() -> dict[str, str]:
-    return device_identity("numpy")
-
-
-@pytest.fixture
-def db(tmp_path, ident) -> TuningDB:
-    database = TuningDB(tmp_path / "tuning.sqlite")
-    database.record_many([entry_for(p, ident) for p in training_problems()])
-    return database
-
-
-def fit_and_save(database: TuningDB, ident: dict[str, str], families=None) -> dict[str, Any]:
-    result = fit(database.entries(backend="numpy", device=ident), families=families,
-                 device=ident)
-    database.save_model(model_key("numpy", ident), result.family, result.model.to_data(),
-                        result.meta)
-    return result.meta
 
 
 def test_a_slow_kind_of_shape_is_learned(db, ident):

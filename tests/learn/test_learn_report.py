@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_learn import entry_for, synthetic_seconds, training_problems
+from learn_support import entry_for, synthetic_seconds, training_problems
 
 from convsel.cli import main
 from convsel.evaluation.crossval import leave_one_net_out

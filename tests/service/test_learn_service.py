@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from learn_support import UNSEEN_WIDE, entry_for, overhead_seconds, training_problems
 from service_support import client_for
-from test_learn import UNSEEN_WIDE, entry_for, overhead_seconds, training_problems
 
 from convsel.learn import stored as stored_mod
 from convsel.policies import device as policy_device

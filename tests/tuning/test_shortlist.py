@@ -6,14 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from learn_support import entry_for, fit_and_save, overhead_seconds, training_problems
 from service_support import assert_error, client_for
-from test_learn import (  # noqa: F401
-    _fresh_caches,
-    entry_for,
-    fit_and_save,
-    overhead_seconds,
-    training_problems,
-)
 
 import convsel
 from convsel import ConvProblem, algorithms, choose
@@ -29,6 +23,8 @@ from convsel.tuning.timing import TimingSettings
 P = ConvProblem(1, 10, 10, 8, 8, 3, 3, pad=1)     # six candidates on numpy
 FAST = TimingSettings(warmup=1, min_runs=3, min_time=0.0, max_runs=6, rounds=2)
 SMALL = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
+
+pytestmark = pytest.mark.usefixtures("fresh_learn_caches")
 
 
 @pytest.fixture
