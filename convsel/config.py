@@ -32,6 +32,9 @@ class Config(BaseModel):
     heuristics: str | None = Field(None, description="rules file; default: the packaged one")
     tuning_db: str | None = Field(None, description="tuning database: an SQLite path or a "
                                   "postgresql:// URL; default: the user data directory")
+    tuning_db_timeout: str | None = Field(None, description="seconds a tuning-database call "
+                                          "waits to connect, for a pooled connection or for a "
+                                          "writer's lock; default 10")
     opencl_device: str | None = Field(None, description="OpenCL device: an index, "
                                       "'platform:device' or a name fragment; default: "
                                       "PYOPENCL_CTX, else the first GPU, else the first device")

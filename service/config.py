@@ -43,6 +43,10 @@ class Settings(BaseSettings, Config):
     default_target: str = "cpu"
     default_backend: str = Field("numpy", description="numpy or opencl")
 
+    ready_timeout_s: float = Field(1.0, gt=0, le=60, description="/readyz answers within "
+                                   "this; a component still checking then (a tuning database "
+                                   "that does not answer) is reported unavailable")
+
     show_paths: bool = Field(False, description="show host file paths (rules file, tuning "
                              "database) in /readyz, /v1/rules and /v1/tuning")
 

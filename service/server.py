@@ -29,6 +29,13 @@ def log_config() -> dict[str, Any]:
     return config
 
 
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for this service, besides where to listen and how to log (the
+    tests' in-process server uses these too)."""
+    return {"access_log": settings.access_log, "limit_concurrency": settings.max_connections,
+            "server_header": False}
+
+
 def serve(host: str | None = None, port: int | None = None, workers: int | None = None,
           log_level: str = "info") -> None:
     """Serve until interrupted; ``None`` takes the ``CONVSEL_*`` setting."""
@@ -37,5 +44,4 @@ def serve(host: str | None = None, port: int | None = None, workers: int | None 
                 host=host if host is not None else settings.host,
                 port=port if port is not None else settings.port,
                 workers=workers if workers is not None else settings.workers,
-                log_level=log_level, log_config=log_config(), access_log=settings.access_log,
-                limit_concurrency=settings.max_connections, server_header=False)
+                log_level=log_level, log_config=log_config(), **uvicorn_options(settings))

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, FastAPI, Request
 
 from convsel import Rules
 from convsel.rules import default_rules_path
-from convsel.tuning import default_target, is_url, open_db
+from convsel.tuning import default_target, is_url
 from convsel.verdict import Verdict
 
 from .config import Settings
@@ -45,6 +47,7 @@ class ServiceState:
     describers: dict[str, Callable[[], Any]] = field(default_factory=dict)
     pool: ConvPool | None = None
     ready_checks: dict[str, ReadyCheck] = field(default_factory=dict)
+    _probes: _Probes = field(default_factory=lambda: _Probes(), init=False, repr=False)
 
     @property
     def tensor_limits(self) -> TensorLimits:
@@ -82,12 +85,10 @@ class ServiceState:
         return _replace_all(value, self._database_places())
 
     def _database_places(self) -> tuple[str, ...]:
+        # Worked out from the setting, never by opening the database: this runs on every
+        # measured answer, and opening waits on the database when it is down.
         configured = self.settings.tuning_db or str(default_target())
         places = {configured, str(Path(configured).expanduser())}
-        try:
-            places.add(str(open_db(self.settings.tuning_db).path))
-        except Exception:  # noqa: BLE001 - an unusable database is reported elsewhere
-            pass
         return tuple(sorted((p for p in places if p and not is_url(p)), key=len, reverse=True))
 
     def rules_source(self, rules: Rules) -> str:
@@ -96,22 +97,30 @@ class ServiceState:
             return rules.source
         return "packaged" if rules.source == str(default_rules_path()) else "custom"
 
-    def readiness(self, app: FastAPI) -> dict[str, dict[str, Any]]:
-        """One entry per component; the service is ready when every entry is ``ok``."""
-        rules = self.rules
-        detail: dict[str, dict[str, Any]] = {
-            "rules": ({"ok": True, "version": rules.version, "digest": rules.digest,
-                       "source": self.rules_source(rules)} if rules else
-                      {"ok": False, "reason": "not loaded yet"}),
-            "backends": self._backends_detail(),
-        }
-        for name, check in self.ready_checks.items():
-            try:
-                detail[name] = self.public(dict(check(app)))
-            except Exception as exc:  # noqa: BLE001 - a failing check reports, never crashes
-                detail[name] = {"ok": False,
-                                "error": self.public(f"{type(exc).__name__}: {exc}")}
+    async def readiness(self, app: FastAPI) -> dict[str, dict[str, Any]]:
+        """One entry per component; the service is ready when every entry is ``ok``.
+
+        The routers' checks run on worker threads (the tuning database's may wait on a
+        server that does not answer), and the answer waits for them ``ready_timeout_s`` at
+        most: a check still running then is reported unavailable (only the stores are slow,
+        and a store never makes the service unready: answers then come from the rules).
+        """
+        detail: dict[str, dict[str, Any]] = {"rules": self._rules_detail(),
+                                             "backends": self._backends_detail()}
+        names = list(self.ready_checks)
+        timeout = self.settings.ready_timeout_s
+        answers = await asyncio.gather(*(self._probes.answer(name, self.ready_checks[name], app,
+                                                             timeout) for name in names))
+        for name, answer in zip(names, answers, strict=True):
+            detail[name] = self.public(answer)
         return detail
+
+    def _rules_detail(self) -> dict[str, Any]:
+        rules = self.rules
+        if rules is None:
+            return {"ok": False, "reason": "not loaded yet"}
+        return {"ok": True, "version": rules.version, "digest": rules.digest,
+                "source": self.rules_source(rules)}
 
     def _backends_detail(self) -> dict[str, Any]:
         if not self.backends:
@@ -121,6 +130,35 @@ class ServiceState:
                   for name, v in self.backends.items()}
         ok = default in self.backends and self.backends[default].ok
         return {"ok": ok, "default": default, "probed": probed}
+
+
+class _Probes:
+    """Readiness checks on worker threads, one run of each check at a time: a probe that
+    finds a check still running (stuck on an unreachable database) waits for that run instead
+    of starting another, so frequent probes never pile threads up behind a dead server."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, asyncio.Task[dict[str, Any]]] = {}
+
+    async def answer(self, name: str, check: ReadyCheck, app: FastAPI,
+                     timeout: float) -> dict[str, Any]:
+        task = self._running.get(name)
+        if task is None or task.done():
+            task = asyncio.ensure_future(anyio.to_thread.run_sync(_run_check, check, app))
+            self._running[name] = task
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            return {"ok": True, "available": False,
+                    "reason": f"no answer within {timeout:g} s (CONVSEL_READY_TIMEOUT_S); "
+                              "still checking"}
+
+
+def _run_check(check: ReadyCheck, app: FastAPI) -> dict[str, Any]:
+    try:
+        return dict(check(app))
+    except Exception as exc:  # noqa: BLE001 - a failing check reports, never crashes
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def _replace_all(value: Any, places: tuple[str, ...]) -> Any:

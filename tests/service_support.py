@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -137,3 +138,113 @@ def _status_kib(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1])
     raise KeyError(key)
+
+
+# ---- a real uvicorn server in this process, and loopback stand-ins for a database ----------
+
+@contextmanager
+def running(settings: Settings | None = None) -> Iterator[str]:
+    """The base URL of a real uvicorn server, with the options `convsel serve` gives it, in a
+    thread of this process on a free loopback port. It starts in a fraction of a second (no
+    interpreter to start, nothing to import) and stops at the end of the block."""
+    import uvicorn
+
+    from service.server import uvicorn_options
+
+    settings = settings or Settings()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(settings), log_config=None, timeout_graceful_shutdown=2,
+                            **uvicorn_options(settings))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+@contextmanager
+def silent_listener() -> Iterator[int]:
+    """A loopback port whose server accepts connections and never says a word: a database
+    server that hangs (the client's connect timeout is all that ends the wait)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield s.getsockname()[1]
+
+
+class Outage:
+    """A loopback TCP forwarder to ``target`` that can fail like a stopped server:
+    :meth:`stop` cuts every forwarded connection and refuses new ones, :meth:`start` listens
+    again on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self.start()
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        assert self._listener is not None
+        # shutdown() wakes the thread blocked in accept(); close() alone would not.
+        _quietly(self._listener.shutdown, socket.SHUT_RDWR)
+        self._listener.close()
+        with self._lock:
+            cut, self._open = self._open, []
+        for conn in cut:
+            _quietly(conn.shutdown, socket.SHUT_RDWR)
+            conn.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return   # stopped
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    for end in (source, sink):
+        _quietly(end.shutdown, socket.SHUT_RDWR)
+
+
+def _quietly(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except OSError:
+        pass

@@ -15,6 +15,7 @@ Entries travel between machines as JSON (:meth:`TuningDB.export_json`,
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -49,6 +50,7 @@ __all__ = ["APPLICATION", "ENTRY_UPSERT", "EXPORT_FORMAT", "ENV_VAR", "MODEL_KEY
            "default_target", "entry_of_row", "entry_row", "open_db", "problem_key"]
 
 EXPORT_FORMAT = "convsel-tuning-export"
+DEFAULT_TIMEOUT = 10.0   # seconds, when neither timeout= nor CONVSEL_TUNING_DB_TIMEOUT says
 _COLUMNS = ENTRY_COLUMNS
 _ENTRY_UPSERT = upsert("entries", ENTRY_COLUMNS, ENTRY_KEY)
 _ENTRY_IMPORT = upsert("entries", ENTRY_COLUMNS, ENTRY_KEY, only_if_newer=True)
@@ -80,8 +82,9 @@ class TuningDB:
     ----------
     path : str or Path, optional
         An SQLite file path or a ``postgresql://`` URL. Defaults to :func:`default_target`.
-    timeout : float
-        Seconds a write waits for another writer (SQLite) or for a connection (PostgreSQL).
+    timeout : float, optional
+        Seconds a write waits for another writer (SQLite), or a call to connect or for a pooled
+        connection (PostgreSQL). Default: ``$CONVSEL_TUNING_DB_TIMEOUT``, else 10.
     create : bool
         Create a missing SQLite file (and its directory). Reading callers pass False: a
         mistyped path is then an error instead of a new, empty database.
@@ -103,9 +106,10 @@ class TuningDB:
         credentials.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0,
-                 create: bool = True):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 timeout: float | None = None, create: bool = True):
         target = path if path is not None else default_target()
+        timeout = timeout or _configured_timeout()
         self.timeout = timeout
         self._store: Engine
         if is_url(target):
@@ -387,6 +391,20 @@ class TuningDB:
                 "models_kept": len(models) - len(newer_models), "rejected": rejected}
 
 
+def _configured_timeout() -> float:
+    text = config.current().tuning_db_timeout
+    if text is None:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise TuningDatabaseError(f"{config.variable('tuning_db_timeout')}={text!r}: expected "
+                                  "seconds, a number above 0")
+    return seconds
+
+
 def _refuse_mangled_url(target: str | os.PathLike[str]) -> None:
     # Path("postgresql://u:pw@h/db") is "postgresql:/u:pw@h/db": opening it would create an
     # SQLite file named after the URL, password included, instead of reaching the server.
@@ -465,6 +483,10 @@ def _entry(row: tuple[Any, ...]) -> TuningEntry:
 
 _open: dict[tuple[int, str | Path], TuningDB] = {}
 _open_lock = threading.Lock()
+# The last failure to open each store: when it ended, how long it took, and its error.
+# Keyed by create= too for a file (a missing one is refused only without it), not a server.
+_failed: dict[tuple[tuple[int, str | Path], bool | None],
+              tuple[float, float, TuningDatabaseError]] = {}
 
 
 def open_db(db: TuningDB | str | os.PathLike[str] | None = None, *,
@@ -474,16 +496,32 @@ def open_db(db: TuningDB | str | os.PathLike[str] | None = None, *,
     Cached per process (a forked child opens its own connections) and per path or URL.
     Raises TuningDatabaseError when the store cannot be used; a failure is not cached, so a
     repaired file or a restarted server is picked up on the next call. ``create=False`` (for
-    callers that only read) refuses an SQLite file that does not exist yet.
+    callers that only read) refuses an SQLite file that does not exist yet. An open that took
+    a while to fail (a server that does not answer) is not tried again for as long as it
+    took: calls that were waiting meanwhile, or come within that time, get its error at once
+    instead of each waiting out a connect timeout of its own (a measured answer opens the
+    store twice). A failure that came at once (a missing file) is tried again at once.
     """
     if isinstance(db, TuningDB):
         return db
     target = db if db is not None else default_target()
     key: str | Path = str(target).strip() if is_url(target) else Path(target).expanduser()
+    slot = (os.getpid(), key)
+    asked = time.monotonic()
     with _open_lock:
-        if (os.getpid(), key) not in _open:
-            _open[(os.getpid(), key)] = TuningDB(key, create=create)
-        return _open[(os.getpid(), key)]
+        if slot not in _open:
+            failure = (slot, None if isinstance(key, str) else create)
+            ended, took, error = _failed.get(failure, (-math.inf, 0.0, None))
+            if error is not None and (ended >= asked or time.monotonic() < ended + took):
+                raise TuningDatabaseError(str(error))
+            started = time.monotonic()
+            try:
+                _open[slot] = TuningDB(key, create=create)
+            except TuningDatabaseError as exc:
+                ended = time.monotonic()
+                _failed[failure] = (ended, ended - started, exc)
+                raise
+        return _open[slot]
 
 
 def close_open(db: str | os.PathLike[str] | None = None) -> None:

@@ -33,15 +33,17 @@ _PROBES = (ConvProblem(1, 4, 4, 4, 4, 1, 1), ConvProblem(1, 4, 4, 4, 4, 3, 3))
 
 @router.get("/healthz", response_model=HealthResponse, tags=["health"])
 async def healthz() -> dict[str, str]:
-    """Liveness: the process answers."""
+    """Liveness: the process answers. Never waits on anything (no database, no thread)."""
     return {"status": "ok"}
 
 
 @router.get("/readyz", response_model=ReadyResponse, tags=["health"],
             responses={503: {"model": ReadyResponse, "description": "not ready"}})
 async def readyz(request: Request, state: StateDep) -> JSONResponse:
-    """Readiness: rules loaded, backends probed, every component's own check ok."""
-    detail = state.readiness(request.app)
+    """Readiness: rules loaded, backends probed, every component's own check ok. Answers
+    within CONVSEL_READY_TIMEOUT_S: a component still checking then (a tuning database that
+    does not answer) is reported unavailable."""
+    detail = await state.readiness(request.app)
     ready = all(entry.get("ok") for entry in detail.values())
     return JSONResponse({"ready": ready, "detail": detail}, status_code=200 if ready else 503)
 

@@ -36,15 +36,19 @@ BODIES = {"/v1/select": BodyRule("max_select_body_bytes"),
              responses=responses(413, 415, 422, 503), openapi_extra=json_body("SelectRequest"))
 async def select_one(request: Request) -> Response:
     """The method and algorithm for one problem, with the trace, every candidate's verdict
-    and the rules' version/digest. Cheap (cached) and CPU-only, so it runs on the loop."""
+    and the rules' version/digest. ACL's rules answer on the event loop (cheap, cached); a
+    policy that reads the tuning database answers from a worker thread, so a database that
+    does not answer never stalls the loop."""
     # The hot route, kept to ~1/3 of FastAPI's usual per-request cost: the body validated
     # straight from bytes, state without a dependency, and the answer (Selection.to_dict,
     # whose shape the schema tests check) serialised without re-validation.
     body = validate_body(SelectRequest, await request.body(), json=True)
     state = state_of(request)
     options = selection_options(state, body.policy, body.backend, body.device)
-    return Response(select_json(state, body.problem, body.target, body.policy, options),
-                    media_type="application/json")
+    args = (state, body.problem, body.target, body.policy, options)
+    answer = (select_json(*args) if body.policy == "acl" and not options
+              else await run_in_threadpool(select_json, *args))
+    return Response(answer, media_type="application/json")
 
 
 @router.post("/select/batch", response_model=SelectBatchResponse,

@@ -147,16 +147,21 @@ async def tuning(state: StateDep,
                  limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
     """The database's status and its entries (newest last), with ``current`` telling whether
     this server's convsel and implementations would use each."""
+    return await anyio.to_thread.run_sync(_listing, state, backend, limit)
+
+
+def _listing(state: ServiceState, backend: str | None, limit: int) -> dict[str, Any]:
+    """On a worker thread: every call here may wait on the database."""
     try:
         db = open_db(state.settings.tuning_db)
-        entries = await anyio.to_thread.run_sync(lambda: db.entries(backend=backend))
-        stored = await anyio.to_thread.run_sync(db.models)
+        entries = db.entries(backend=backend)
+        stored = db.models()
         status = db.status()
     except TuningDatabaseError as exc:
         raise TuningDatabaseError(state.public(str(exc))) from None
     if not state.settings.show_paths:
         status.pop("path", None)
-    in_use = await anyio.to_thread.run_sync(model_in_use, state, backend)
+    in_use = model_in_use(state, backend)
     return {"database": state.public(status), "count": len(entries),
             "returned": min(limit, len(entries)),
             "entries": [{**e.to_dict(), "current": e.is_current} for e in entries[-limit:]],

@@ -13,6 +13,7 @@ from service_support import PROBLEM, assert_error, client_for, served
 
 from convsel.errors import InvalidProblemError
 from convsel.policies import get_policy
+from convsel.tuning import TuningDB
 
 TOKEN = "s3cret-token"
 TUNE = {"problem": {"n": 1, "h": 4, "w": 4, "c": 2, "k": 2, "kh": 3, "kw": 3, "pad": 1},
@@ -68,6 +69,7 @@ def test_json_routes_read_only_json(path, media):
 
 def test_host_paths_only_when_asked(tmp_path, monkeypatch):
     db = tmp_path / "tuning.sqlite"
+    TuningDB(db)   # an empty store: reading never creates one
     monkeypatch.setenv("CONVSEL_TUNING_DB", str(db))
     with client_for(tuning_db=db) as c:
         problem = {"n": 1, "h": 20, "w": 20, "c": 64, "k": 64, "kh": 3, "kw": 3, "pad": 1}

@@ -72,10 +72,14 @@ class PostgresEngine:
                 self._initialise(con)
         except self._psycopg.Error as exc:
             raise self._error(exc) from None
+        # reconnect_timeout: the pool retries a lost connection with a doubling delay (1, 2,
+        # 4, ... s); after a long outage the next try came up to half the outage late (20-45 s
+        # once the server was back). Giving up after `timeout` lets the next request start a
+        # fresh try at once.
         self._pool = pool_module.ConnectionPool(
             url, min_size=POOL_MIN, max_size=POOL_MAX, kwargs=kwargs, timeout=timeout,
-            open=True, check=pool_module.ConnectionPool.check_connection,
-            name="convsel-tuning")
+            reconnect_timeout=timeout, open=True,
+            check=pool_module.ConnectionPool.check_connection, name="convsel-tuning")
         self._finalizer = weakref.finalize(self, self._pool.close)
 
     # -- opening ------------------------------------------------------------------------------
