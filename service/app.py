@@ -35,11 +35,13 @@ from convsel import (
 )
 
 from . import errors, openapi
+from .admission import AdmissionMiddleware
 from .config import Settings
 from .limits import DEFAULT_RULE, BodyLimitMiddleware, BodyRule
 from .logs import RequestLogMiddleware
 from .metrics import Metrics, MetricsMiddleware
 from .pool import ConvPool
+from .protocol import rules_of
 from .routes import conv, find, fit, fleet, meta, plan, select, tuning
 from .state import ReadyCheck, ServiceState
 
@@ -85,9 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
-    # The last added is the outermost: metrics see every answer, the 413s and 415s included,
-    # and every answer carries its request id.
+    # The last added is the outermost: metrics see every answer, the 413s, 415s and 503s of
+    # a full server included, and every answer carries its request id.
     app.add_middleware(BodyLimitMiddleware, settings=settings, routes=_bodies(ROUTERS))
+    app.add_middleware(AdmissionMiddleware, max_requests=settings.max_requests,
+                       retry_after=settings.retry_after_seconds)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     app.add_middleware(RequestLogMiddleware, enabled=settings.request_log)
     app.openapi = lambda: openapi.build(  # type: ignore[method-assign]
@@ -108,7 +112,7 @@ def _bodies(routers: Sequence[APIRouter]) -> dict[str, BodyRule]:
 
 
 @asynccontextmanager
-async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     state: ServiceState = app.state.convsel
     s = state.settings
     rules = load_rules(s.heuristics)
@@ -126,7 +130,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state.pool = ConvPool(s.max_concurrent_convolutions, s.max_queued_convolutions,
                           s.retry_after_seconds, on_reject=state.metrics.rejected.inc)
     try:
-        yield
+        # uvicorn hands the lifespan's state to each connection (service.protocol's guards)
+        yield rules_of(s)
     finally:
         state.pool.shutdown()
         fleet.shutdown()   # no fit worker outlives its server

@@ -38,7 +38,18 @@ class Settings(BaseSettings, Config):
                              "one JSON line per request either way, see request_log)")
     request_log: bool = Field(True, description="one JSON log line per request, with the "
                               "request id that the X-Request-ID header echoes")
-    max_connections: int = Field(256, ge=1, description="uvicorn limit_concurrency: more -> 503")
+    max_connections: int = Field(256, ge=1, description="open connections: one more closes "
+                                 "the oldest idle one (between requests, or still sending its "
+                                 "head), or is answered 503 when none is idle")
+    max_requests: int = Field(64, ge=1, description="requests answered at once (their bodies "
+                              "being read included); more -> 503. /healthz and /readyz have "
+                              "16 places of their own")
+    header_timeout_s: float = Field(10.0, gt=0, description="a request line and headers must "
+                                    "arrive within this, else 408 and the connection closes")
+    body_timeout_s: float = Field(10.0, gt=0, description="a body must arrive within this "
+                                  "plus one second per min_body_rate bytes, else 408")
+    min_body_rate: int = Field(16 * KiB, ge=1, description="bytes per second a body must "
+                               "average after body_timeout_s")
 
     default_target: str = "cpu"
     default_backend: str = Field("numpy", description="numpy or opencl")

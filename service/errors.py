@@ -79,8 +79,8 @@ ERRORS: dict[type[BaseException], tuple[int, str]] = {
 
 # Starlette's own HTTP errors (routing, body limit) -> error code.
 HTTP_CODES: dict[int, str] = {401: "unauthorized", 404: "not_found",
-                              405: "method_not_allowed", 413: "too_large",
-                              415: "unsupported_media_type"}
+                              405: "method_not_allowed", 408: "request_timeout",
+                              413: "too_large", 415: "unsupported_media_type"}
 
 
 def status_and_code(exc: BaseException) -> tuple[int, str]:
@@ -182,7 +182,7 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
                           rule="the body must parse as its content type")
         return JSONResponse(body, status_code=422, headers=exc.headers)
     code = HTTP_CODES.get(status, f"http_{status}")
-    body = error_body(code, str(exc.detail), field="body" if status == 413 else None)
+    body = error_body(code, str(exc.detail), field="body" if status in (408, 413) else None)
     return JSONResponse(body, status_code=status, headers=exc.headers)
 
 

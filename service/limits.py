@@ -1,4 +1,4 @@
-"""Per-route request bodies: a size limit and the media types the route reads.
+"""Per-route request bodies: a size limit, a pace, and the media types the route reads.
 
 Each route has a limit sized to what it needs (service.config), so a body can never make the
 server hold much more than that route's limit. This pure ASGI middleware refuses a declared
@@ -7,13 +7,21 @@ Content-Length over the limit before reading a byte, counts the bytes actually r
 route does not read with 415 (a JSON route reached with ``text/plain``, which a browser sends
 cross-site without a preflight, is refused). Errors keep the service's one JSON body (FastAPI's
 own ``max_body_size`` would answer plain text from outside the exception handlers).
+
+A body must also keep coming: by ``CONVSEL_BODY_TIMEOUT_S`` after the request began plus one
+second per ``CONVSEL_MIN_BODY_RATE`` bytes received, or the request is answered 408 and its
+connection closed. A client sending a byte every few seconds otherwise held its request (and
+whatever the route took before reading) for as long as it liked; routes read their body before
+taking a pool slot or lock, and this bounds how long the read itself may take.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import anyio
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
@@ -27,6 +35,9 @@ from .errors import error_body
 JSON = ("application/json",)
 MULTIPART = ("multipart/form-data",)
 _BODY_METHODS = ("POST", "PUT", "PATCH")
+# An answer sent before the body was read whole ends the connection: the rest of the body
+# would otherwise still have to be read (or trickled) before the next request.
+CLOSE = {"Connection": "close"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,8 @@ class BodyLimitMiddleware:
         self.routes = {path: _Bound(r.limit(settings), r.variable, r.media)
                        for path, r in routes.items()}
         self.default = _Bound(default.limit(settings), default.variable, ())
+        self.grace = settings.body_timeout_s
+        self.rate = settings.min_body_rate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -83,15 +96,26 @@ class BodyLimitMiddleware:
             await _too_large(bound, int(declared))(scope, receive, send)
             return
         received = 0
+        started = time.monotonic()
 
         async def counting_receive() -> Message:
             nonlocal received
-            message = await receive()
+            # FastAPI re-raises HTTPException from body reading: the handlers answer.
+            due = started + self.grace + received / self.rate
+            try:
+                with anyio.fail_after(max(0.0, due - time.monotonic())):
+                    message = await receive()
+            except TimeoutError:
+                raise HTTPException(408, f"the request body stopped coming: {received} bytes "
+                                    f"in {time.monotonic() - started:.1f} s (at least "
+                                    f"{self.rate} bytes/s after {self.grace:g} s: "
+                                    f"CONVSEL_MIN_BODY_RATE, CONVSEL_BODY_TIMEOUT_S)",
+                                    headers=CLOSE) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > bound.limit:
-                    # FastAPI re-raises HTTPException from body reading: the 413 handler answers.
-                    raise HTTPException(413, _message(bound, received, "received so far"))
+                    raise HTTPException(413, _message(bound, received, "received so far"),
+                                        headers=CLOSE)
             return message
 
         await self.app(scope, counting_receive, send)

@@ -10,6 +10,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from .config import Settings
 from .logs import REQUEST_LOG
+from .protocol import ServiceH11Protocol
 
 APP = "service.app:create_app"
 
@@ -32,8 +33,11 @@ def log_config() -> dict[str, Any]:
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for this service, besides where to listen and how to log (the
     tests' in-process server uses these too)."""
-    return {"access_log": settings.access_log, "limit_concurrency": settings.max_connections,
-            "server_header": False}
+    # limit_concurrency stays off: it answered every route, /healthz included, in plain text
+    # once slow connections filled it. The protocol caps connections (closing idle ones
+    # first) and times out slow heads; the app caps requests, keeping places for probes.
+    return {"access_log": settings.access_log, "http": ServiceH11Protocol,
+            "limit_concurrency": None, "server_header": False}
 
 
 def serve(host: str | None = None, port: int | None = None, workers: int | None = None,

@@ -66,8 +66,10 @@ async def conv2d(request: Request, state: StateDep) -> Response:
     """Run the convolution with the selected (``algorithm: auto``) or named algorithm; y
     comes back in the problem's layout and dtype. 503 + Retry-After when the pool is full."""
     assert state.pool is not None
-    with state.pool.admit() as slot:
-        async with _read(request) as job:
+    # The body first, then a slot: a client trickling its body must not hold a slot (ten
+    # of them once made every conv2d 503); service.limits bounds how long the read takes.
+    async with _read(request) as job:
+        with state.pool.admit() as slot:
             result = await slot.run(_execute, job, state)
     headers = _headers(result)
     if NPY_MEDIA_TYPE in request.headers.get("accept", ""):

@@ -119,25 +119,26 @@ async def post_plan(request: Request) -> dict[str, Any]:
     """Answer for every 2-D Conv node: method, algorithm, deciding rule, fused activation,
     near misses of ACL's tables and, with ``policy=measured``, the tuning database's timing."""
     state = state_of(request)
-    if not _planning.acquire(blocking=False):
-        raise PlanningBusyError(state.settings.retry_after_seconds)
-    try:
-        async with request.form(max_files=1, max_fields=80,
-                                max_part_size=_FIELD_BYTES) as form:
-            upload = form.get("model")
-            fields: dict[str, Any] = {k: v for k, v in form.multi_items()
-                                      if k not in ("model", "input_shape")}
-            fields["input_shape"] = form.getlist("input_shape")
-            if not isinstance(upload, UploadFile):
-                raise PlanError("send the model as the file part 'model'",
-                                value=type(upload).__name__ if upload is not None else None)
-            if any(isinstance(v, UploadFile) for v in fields.values()):
-                raise PlanError("only 'model' may be a file part")
-            options = validate_body(PlanForm, fields)
+    # The upload first (spooled to disk; service.limits bounds its pace), then the lock: one
+    # trickling upload once held the lock and turned every other plan away.
+    async with request.form(max_files=1, max_fields=80, max_part_size=_FIELD_BYTES) as form:
+        upload = form.get("model")
+        fields: dict[str, Any] = {k: v for k, v in form.multi_items()
+                                  if k not in ("model", "input_shape")}
+        fields["input_shape"] = form.getlist("input_shape")
+        if not isinstance(upload, UploadFile):
+            raise PlanError("send the model as the file part 'model'",
+                            value=type(upload).__name__ if upload is not None else None)
+        if any(isinstance(v, UploadFile) for v in fields.values()):
+            raise PlanError("only 'model' may be a file part")
+        options = validate_body(PlanForm, fields)
+        if not _planning.acquire(blocking=False):
+            raise PlanningBusyError(state.settings.retry_after_seconds)
+        try:
             return await anyio.to_thread.run_sync(_plan_upload, state, upload.file,
                                                   upload.filename, options)
-    finally:
-        _planning.release()
+        finally:
+            _planning.release()
 
 
 def _plan_upload(state: ServiceState, upload: BinaryIO, filename: str | None,
