@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import string
+
 import pytest
 from fastapi.testclient import TestClient
 from service_support import PROBLEM, assert_error, client_for
@@ -185,3 +188,15 @@ def test_openapi_error_answers_are_the_error_body_and_200s_are_typed(client):
     select = doc["components"]["schemas"]["SelectRequest"]["properties"]
     assert select["policy"]["enum"] == list(POLICIES)
     assert {"type": "string", "enum": target_names(load_rules())} in select["target"]["anyOf"]
+
+
+def test_made_up_methods_cannot_grow_the_metrics(client):
+    rng = random.Random(25)
+    for _ in range(300):
+        method = "".join(rng.choices(string.ascii_uppercase, k=12_000))
+        assert client.request(method, "/v1/select").status_code == 405
+        client.request(method, f"/nowhere/{rng.random()}")
+    text = client.get("/metrics").text
+    assert len(text.encode()) < 100_000, len(text)
+    assert 'method="OTHER",route="/v1/select",status="405"' in text
+    assert 'method="OTHER",route="<unmatched>",status="404"' in text
