@@ -74,6 +74,11 @@ class Settings(BaseSettings, Config):
                                        "upload of measured entries (about 2-6 KiB each)")
     max_upload_entries: int = Field(2000, ge=1, le=5000, description="entries per upload "
                                     "(convsel db push and tune --remote send fewer at once)")
+    max_plan_nodes: int = Field(10_000, ge=1, description="/v1/plan: nodes in the model's "
+                                "graphs (planning time and memory grow faster than linearly)")
+    max_plan_seconds: float = Field(30.0, gt=0, description="/v1/plan: answer 413 when planning "
+                                    "takes longer (the work finishes in the background, holding "
+                                    "the one planning place)")
 
     max_tensor_elements: int = Field(4 * MiB, ge=1, description="per tensor, x, w, bias and y")
     max_tensor_bytes: int = Field(16 * MiB, ge=1, description="per decoded tensor")

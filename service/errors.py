@@ -32,12 +32,15 @@ log = logging.getLogger("convsel.service")
 
 
 class TooLargeError(Exception):
-    """A body, tensor or convolution over a configured limit (HTTP 413)."""
+    """A body, tensor or convolution over a configured limit (HTTP 413); ``setting`` names the
+    variable that sets the limit."""
 
-    def __init__(self, field: str, value: int, limit: int, what: str) -> None:
+    def __init__(self, field: str, value: float, limit: float, what: str,
+                 setting: str | None = None) -> None:
         self.field, self.value = field, value
-        self.rule = f"{what} must be at most {limit}"
-        super().__init__(f"{field}: {what} {value} exceeds the limit {limit}")
+        where = f" ({setting})" if setting else ""
+        self.rule = f"{what} must be at most {limit:g}{where}"
+        super().__init__(f"{field}: {what} {value:g} exceeds the limit {limit:g}{where}")
 
 
 class BusyError(Exception):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("onnx")
@@ -112,3 +114,26 @@ def test_measured_policy_uses_the_configured_database(tmp_path):
 def test_readiness_and_openapi(client):
     assert client.get("/readyz").json()["detail"]["plan"]["available"] is True
     assert "/v1/plan" in client.get("/openapi.json").json()["paths"]
+
+
+def one_by_one_convs(count):
+    chain = Chain((1, 8, 8, 8))
+    for _ in range(count):
+        chain.conv(8, 1)
+    return chain.model()
+
+
+def test_work_is_bounded_by_node_count_and_time_and_the_answer_names_the_limit():
+    with client_for(max_plan_nodes=50) as c:
+        refused = upload(c, one_by_one_convs(60))
+        assert refused.status_code == 413, refused.text
+        body = refused.json()
+        assert body["code"] == "too_large" and body["field"] == "model" and body["value"] == 60
+        assert "CONVSEL_MAX_PLAN_NODES" in body["message"] and "50" in body["rule"]
+        assert upload(c, one_by_one_convs(50)).status_code == 200
+    with client_for(max_plan_seconds=0.05) as c:
+        start = time.monotonic()
+        refused = upload(c, one_by_one_convs(3000))   # about 0.5 s of planning here
+        assert time.monotonic() - start < 2
+        assert refused.status_code == 413, refused.text
+        assert "CONVSEL_MAX_PLAN_SECONDS" in refused.json()["message"]
