@@ -27,6 +27,11 @@ class TuningBusyError(BusyError):
                                  f"time); retry after {retry_after} s")
 
 
+def budget(state: ServiceState, requested: float) -> float:
+    """A request's time budget, cut to the server's CONVSEL_MAX_TUNE_SECONDS."""
+    return min(requested, state.settings.max_tune_seconds)
+
+
 @contextmanager
 def timing_slot(state: ServiceState, budget_s: float) -> Iterator[None]:
     """The slot for about ``budget_s`` seconds; taken, it raises :class:`TuningBusyError`

@@ -23,7 +23,7 @@ from ..convert import backends_to_run, check_size, json_body, to_problem, valida
 from ..errors import responses
 from ..schemas import MAX_NAME, BackendList, ProblemIn, integral
 from ..state import ServiceState, state_of
-from ..timing import MAX_BUDGET_S, timing_slot
+from ..timing import MAX_BUDGET_S, budget, timing_slot
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
 
@@ -47,7 +47,8 @@ class FindRequest(BaseModel):
         "ranked together, a device's candidates with the copies of x and y its clock left "
         "out (transfer_ms); winner and tie then read backend/label")
     budget_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S,
-                            description="stop timing after about this many seconds")
+                            description="stop timing after about this many seconds (the "
+                            "server's CONVSEL_MAX_TUNE_SECONDS when smaller)")
     max_workspace_bytes: Bytes | None = Field(
         None, description="do not build candidates whose workspace is larger; the server's "
         "own limit applies when smaller or when this is absent")
@@ -113,7 +114,7 @@ async def find_route(request: Request) -> Any:
     body = validate_body(FindRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
     check_size(state, problem)
-    with timing_slot(state, body.budget_s):
+    with timing_slot(state, budget(state, body.budget_s)):
         return await anyio.to_thread.run_sync(_find, state, problem, body)
 
 
@@ -127,7 +128,7 @@ def _find(state: ServiceState, problem: Any, body: FindRequest) -> dict[str, Any
     result = find(problem, backend=backend, device=device, target=target,
                   rules=state.loaded_rules(),
                   max_workspace_bytes=limit, store=body.store, db=s.tuning_db,
-                  budget_s=body.budget_s, top=body.top)
+                  budget_s=budget(state, body.budget_s), top=body.top)
     answer = {**result.to_dict(), "elapsed_s": round(time.perf_counter() - started, 3)}
     if not s.show_paths:
         answer["database"] = None

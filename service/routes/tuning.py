@@ -36,7 +36,7 @@ from ..errors import responses
 from ..fitted import model_in_use
 from ..schemas import MAX_NAME, Backend, ProblemIn
 from ..state import ServiceState, StateDep, state_of
-from ..timing import MAX_BUDGET_S, timing_slot
+from ..timing import MAX_BUDGET_S, budget, timing_slot
 
 router = APIRouter(prefix="/v1", tags=["tuning"])
 
@@ -137,7 +137,7 @@ async def tune(request: Request) -> dict[str, Any]:
     body = validate_body(TuneRequest, await request.body(), json=True)
     problem = to_problem(body.problem)
     check_size(state, problem)
-    with timing_slot(state, _budget(state, body)):
+    with timing_slot(state, budget(state, body.budget_s)):
         return await anyio.to_thread.run_sync(_tune, state, problem, body)
 
 
@@ -236,7 +236,7 @@ def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> 
                 "timings": dict(entry.timings), "device": dict(entry.device)}
     else:
         found = find(problem, backend=backend, device=device, target=state.target(body.target),
-                     rules=state.loaded_rules(), budget_s=_budget(state, body),
+                     rules=state.loaded_rules(), budget_s=budget(state, body.budget_s),
                      store=db is not None, db=db)
         m = found.measurement
         assert m is not None   # find() keeps the measurement it ranked
@@ -250,10 +250,6 @@ def _tune_once(state: ServiceState, problem: ConvProblem, body: TuneRequest) -> 
     return {"problem": problem.to_dict(), "backend": backend, **view,
             "elapsed_s": round(time.perf_counter() - started, 3),
             "selection": state.public(sel.to_dict())}
-
-
-def _budget(state: ServiceState, body: TuneRequest) -> float:
-    return min(body.budget_s, state.settings.max_tune_seconds)
 
 
 def _database(state: ServiceState) -> tuple[TuningDB | None, str | None]:

@@ -124,3 +124,11 @@ def test_an_uncreatable_path_is_reported_unavailable(tmp_path, monkeypatch):
     with client_for(tuning_db=path) as c:
         detail = c.get("/readyz").json()["detail"]["tuning"]
         assert detail["available"] is False and "cannot create" in detail["reason"]
+
+
+def test_find_honours_the_servers_time_limit_too(db_path):
+    heavy = {"n": 1, "h": 28, "w": 28, "c": 32, "k": 32, "kh": 3, "kw": 3, "pad": 1}  # ~1 s whole
+    with client_for(tuning_db=db_path, max_tune_seconds=0.1) as c:
+        r = c.post("/v1/find", json={"problem": heavy, "budget_s": 25})
+    assert r.status_code == 200, r.text
+    assert r.json()["complete"] is False and r.json()["elapsed_s"] < 0.6, r.json()["elapsed_s"]
