@@ -142,6 +142,10 @@ def _check(field: str, dtype: np.dtype, shape: tuple[int, ...], limits: TensorLi
     if dtype.hasobject or dtype.kind not in _KINDS or dtype.fields is not None:
         raise InvalidProblemError(field, str(dtype), "dtype refused: only bool, integer and "
                                   "floating-point arrays are read (never objects or records)")
+    if any(d < 0 for d in shape):
+        # numpy's header reader takes them; two negatives multiply to a size that passes
+        # the limits, and reshape() then fails
+        raise InvalidProblemError(field, list(shape), "the header's dimensions must be >= 0")
     elements = math.prod(shape)
     if elements > limits.max_elements:
         raise TooLargeError(field, elements, limits.max_elements, "tensor elements")

@@ -162,6 +162,8 @@ def _json_field(name: str, text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise InvalidProblemError(name, text[:64], f"not valid JSON: {exc}") from None
+    except RecursionError:   # json nests by recursion: 2,000 levels exceed Python's stack
+        raise InvalidProblemError(name, text[:64], "JSON nested too deeply") from None
 
 
 def _check_dtype(name: str, array: np.ndarray, p: ConvProblem) -> None:

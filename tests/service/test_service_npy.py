@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import base64
+import json
 import pickle
 
 import numpy as np
 import pytest
-from service_support import npy_bytes
+from fastapi.testclient import TestClient
+from service_support import PROBLEM, assert_error, conv_body, npy_bytes, tensors
 
 from convsel.errors import InvalidProblemError
 from service import npy
+from service.app import create_app
+from service.config import Settings
 from service.errors import TooLargeError
 
 LIMITS = npy.TensorLimits(max_elements=1 << 20, max_bytes=1 << 22)
@@ -98,3 +102,32 @@ def test_encoding_is_plain_npy():
     raw = npy.encode_bytes(np.ones((2, 2), dtype=np.float32))
     assert raw.startswith(b"\x93NUMPY\x01\x00")
     assert base64.b64decode(npy.encode_base64(np.ones((2, 2), dtype=np.float32))) == raw
+
+
+def negative_dimensions_npy() -> bytes:
+    """A .npy whose header announces shape (-2, -3): 6 elements, as its 24 data bytes say."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (-2, -3), }"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + bytes(24)
+
+
+def request_of(case: str) -> dict:
+    x, w, _ = tensors()
+    bad, files = negative_dimensions_npy(), {"w": ("w.npy", npy_bytes(w))}
+    if case == "npy in JSON":
+        return {"json": {**conv_body(x, w), "x": base64.b64encode(bad).decode()}}
+    if case == "npy file":
+        return {"data": {"problem": json.dumps(PROBLEM)}, "files": {"x": ("x.npy", bad), **files}}
+    return {"data": {"problem": "[" * 2000 + "]" * 2000},     # nested 2,000 deep
+            "files": {"x": ("x.npy", npy_bytes(x)), **files}}
+
+
+@pytest.mark.parametrize(("case", "field", "rule"), [
+    ("npy in JSON", "x", "dimensions must be >= 0"),
+    ("npy file", "x", "dimensions must be >= 0"),
+    ("deep problem", "problem", "nested too deeply")])
+def test_negative_dimensions_and_deep_json_are_the_senders_fault(case, field, rule):
+    with TestClient(create_app(Settings()), raise_server_exceptions=False) as c:
+        answer = c.post("/v1/conv2d", **request_of(case))
+    assert_error(answer, 422, "invalid_problem", field)
+    assert rule in answer.json()["rule"]
