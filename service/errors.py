@@ -13,8 +13,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from convsel import (
     BackendUnavailableError,
@@ -189,6 +190,17 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=exc.headers)
 
 
+# nginx's "client closed request": the answer is never sent (nobody is listening), but the
+# request log and the metrics record the request as the client's doing, not a server error.
+CLIENT_CLOSED = 499
+
+
+async def _on_disconnect(request: Request, exc: Exception) -> Response:
+    log.info("client closed the connection before its body arrived: %s %s", request.method,
+             request.url.path)
+    return Response(status_code=CLIENT_CLOSED)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return JSONResponse(error_body("internal_error", "internal server error"), status_code=500)
@@ -196,11 +208,13 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     """Register the handlers: one per table entry, FastAPI's validation errors, Starlette's
-    HTTP errors, and a last-resort 500 that never leaks a traceback."""
+    HTTP errors, a client that hung up mid-body (499, logged without a traceback), and a
+    last-resort 500 that never leaks a traceback."""
     for cls in ERRORS:
         app.add_exception_handler(cls, _on_error)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(ClientDisconnect, _on_disconnect)
     app.add_exception_handler(Exception, _on_unexpected)
 
 

@@ -9,6 +9,7 @@ answers its health probes.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 
@@ -129,3 +130,25 @@ def test_when_every_connection_is_busy_the_next_is_told_so_in_json():
         assert "CONVSEL_MAX_CONNECTIONS" in refused.json()["message"]
         for s in slow:
             answer_of(s)
+
+
+def test_a_client_hanging_up_mid_body_is_no_server_error(caplog):
+    caplog.set_level(logging.INFO)
+    with running() as url:
+        for path, media in [("/v1/conv2d", "application/json"), ("/v1/select", "application/json"),
+                            ("/v1/conv2d", "multipart/form-data; boundary=b")]:
+            start_body(url, path, media, b"--b\r\n" if "multipart" in media else b"{",
+                       declared=1000).close()
+        deadline = time.monotonic() + 5
+        while 'status="499"' not in (text := httpx.get(f"{url}/metrics").text):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.05)
+        time.sleep(0.2)
+        text = httpx.get(f"{url}/metrics").text
+    assert 'status="500"' not in text
+    assert 'method="POST",route="/v1/conv2d",status="499"} 2.0' in text, text
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert not any(r.exc_info for r in caplog.records)
+    logged = [json.loads(r.getMessage()) for r in caplog.records
+              if r.name == "convsel.service.requests" and r.getMessage().startswith("{")]
+    assert sorted(e["status"] for e in logged if e["method"] == "POST") == [499, 499, 499]
