@@ -28,6 +28,10 @@ ReadyCheck = Callable[[FastAPI], Mapping[str, Any]]
 # the path part of a URL; and a URL's user:password.
 _HOST_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\",;:()]+")
 _URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^@/\s]+@", re.IGNORECASE)
+# A PostgreSQL store's location (its URL, password or not) and libpq's naming of its server
+# ('server at "10.0.0.5", port 5432'): the host path of a store that lives on a server.
+_DATABASE_URL = re.compile(r"\bpostgres(?:ql)?://[^\s'\",;()]*", re.IGNORECASE)
+_LIBPQ_SERVER = re.compile(r'(server at )"[^"]*", port \d+')
 HIDDEN = "<path>"
 
 
@@ -65,10 +69,12 @@ class ServiceState:
 
     def public(self, value: Any) -> Any:
         """``value`` (text, or a JSON-ready tree) as this server may show it to any caller:
-        credentials in URLs always hidden, host paths hidden unless CONVSEL_SHOW_PATHS."""
+        credentials in URLs always hidden, host paths and database servers (a PostgreSQL
+        store's URL, libpq's 'server at "host", port N') hidden unless CONVSEL_SHOW_PATHS."""
         if isinstance(value, str):
             text = _URL_CREDENTIALS.sub(r"\1***@", value)
-            return text if self.settings.show_paths else _HOST_PATH.sub(HIDDEN, text)
+            return text if self.settings.show_paths else _HOST_PATH.sub(
+                HIDDEN, _hide_servers(text))
         if isinstance(value, Mapping):
             return {k: self.public(v) for k, v in value.items()}
         if isinstance(value, list):
@@ -161,11 +167,15 @@ def _run_check(check: ReadyCheck, app: FastAPI) -> dict[str, Any]:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
+def _hide_servers(text: str) -> str:
+    return _LIBPQ_SERVER.sub(rf"\1{HIDDEN}", _DATABASE_URL.sub(HIDDEN, text))
+
+
 def _replace_all(value: Any, places: tuple[str, ...]) -> Any:
     if isinstance(value, str):
         for place in places:
             value = value.replace(place, HIDDEN)
-        return value
+        return _hide_servers(value)
     if isinstance(value, Mapping):
         return {k: _replace_all(v, places) for k, v in value.items()}
     if isinstance(value, list):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import socket
 import subprocess
 
 import httpx
@@ -159,3 +160,21 @@ def test_docs_render_offline_in_headless_chromium():
              f"{url}/docs"], capture_output=True, text=True, timeout=120, check=False).stdout
     assert 'class="swagger-ui' in dom, dom[:2000]
     assert "opblock" in dom and "/v1/select" in dom
+
+
+def test_a_postgresql_stores_location_never_leaks(monkeypatch):
+    with socket.socket() as s:   # a loopback port nobody listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://convsel:pw@127.0.0.1:{port}/tuning"
+    monkeypatch.setenv("CONVSEL_TUNING_DB", url)
+    small = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
+    with client_for(tuning_db=url) as c:
+        tuned = c.post("/v1/tune", json={"problem": small, "budget_s": 1})
+        assert tuned.status_code == 200 and tuned.json()["recorded"] is False, tuned.text
+        assert tuned.json()["note"].startswith("not stored: tuning database <path>")
+        shown = [tuned, c.get("/readyz"), c.get("/v1/tuning"),
+                 c.post("/v1/select", json={"problem": small, "policy": "measured"})]
+        for answer in shown:
+            assert "127.0.0.1" not in answer.text and str(port) not in answer.text, answer.text
+            assert "convsel@" not in answer.text and "postgresql://" not in answer.text
