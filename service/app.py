@@ -84,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPIOffline(title="convsel", version=__version__, description=DESCRIPTION,
                          lifespan=_lifespan, redoc_url=None)
     app.state.convsel = state
-    errors.install(app)
+    errors.install(app, allow=_allowed_methods(ROUTERS))
     for router in ROUTERS:
         app.include_router(router)
     # The last added is the outermost: metrics see every answer, the 413s, 415s and 503s of
@@ -103,6 +103,14 @@ def api_routes(routers: Sequence[APIRouter]) -> list[APIRoute]:
     """The routers' routes (FastAPI includes routers lazily, so ``app.routes`` does not list
     them one by one)."""
     return [r for router in routers for r in router.routes if isinstance(r, APIRoute)]
+
+
+def _allowed_methods(routers: Sequence[APIRouter]) -> dict[str, str]:
+    """Each path's methods, over all its routes (a 405's Allow header)."""
+    methods: dict[str, set[str]] = {}
+    for route in api_routes(routers):
+        methods.setdefault(route.path, set()).update(route.methods)
+    return {path: ", ".join(sorted(names)) for path, names in methods.items()}
 
 
 def _bodies(routers: Sequence[APIRouter]) -> dict[str, BodyRule]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -176,18 +177,30 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(validation_body(exc.errors()), status_code=422)
 
 
-async def _on_http(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
+def _on_http(allow: Mapping[str, str]) -> Callable[[Request, Exception],
+                                                  Awaitable[JSONResponse]]:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        headers = exc.headers
+        if exc.status_code == 405 and request.url.path in allow:
+            # Starlette's Allow names the first route of the path only: POST for /v1/fit,
+            # which GET serves too.
+            headers = {**(headers or {}), "Allow": allow[request.url.path]}
+        return _http_answer(exc, headers)
+    return handler
+
+
+def _http_answer(exc: StarletteHTTPException, headers: Mapping[str, str] | None) -> JSONResponse:
     status = exc.status_code
     if status == 400:
         # FastAPI and Starlette answer a body they cannot parse (not UTF-8, broken multipart,
         # too many parts) with 400; the service's contract is 422 for malformed input.
         body = error_body("malformed_body", str(exc.detail), field="body",
                           rule="the body must parse as its content type")
-        return JSONResponse(body, status_code=422, headers=exc.headers)
+        return JSONResponse(body, status_code=422, headers=headers)
     code = HTTP_CODES.get(status, f"http_{status}")
     body = error_body(code, str(exc.detail), field="body" if status in (408, 413) else None)
-    return JSONResponse(body, status_code=status, headers=exc.headers)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 # nginx's "client closed request": the answer is never sent (nobody is listening), but the
@@ -206,14 +219,15 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body("internal_error", "internal server error"), status_code=500)
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, allow: Mapping[str, str] | None = None) -> None:
     """Register the handlers: one per table entry, FastAPI's validation errors, Starlette's
     HTTP errors, a client that hung up mid-body (499, logged without a traceback), and a
-    last-resort 500 that never leaks a traceback."""
+    last-resort 500 that never leaks a traceback. ``allow`` maps each path to the methods
+    its routes serve, for the Allow header of a 405."""
     for cls in ERRORS:
         app.add_exception_handler(cls, _on_error)
     app.add_exception_handler(RequestValidationError, _on_validation)
-    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(StarletteHTTPException, _on_http(allow or {}))
     app.add_exception_handler(ClientDisconnect, _on_disconnect)
     app.add_exception_handler(Exception, _on_unexpected)
 

@@ -34,7 +34,9 @@ from .errors import error_body
 
 JSON = ("application/json",)
 MULTIPART = ("multipart/form-data",)
-_BODY_METHODS = ("POST", "PUT", "PATCH")
+# Every route that reads a body reads it on POST: a PUT or PATCH is the router's 405 (with
+# Allow), whatever its content type, never a 415 that suggests another type would do.
+_READ_ON = "POST"
 # An answer sent before the body was read whole ends the connection: the rest of the body
 # would otherwise still have to be read (or trickled) before the next request.
 CLOSE = {"Connection": "close"}
@@ -86,7 +88,7 @@ class BodyLimitMiddleware:
             return
         bound = self.routes.get(scope["path"], self.default)
         headers = Headers(scope=scope)
-        if bound.media and scope["method"] in _BODY_METHODS:
+        if bound.media and scope["method"] == _READ_ON:
             media = headers.get("content-type", "").split(";")[0].strip().lower()
             if media not in bound.media:
                 await _unsupported(media, bound.media)(scope, receive, send)

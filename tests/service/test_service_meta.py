@@ -117,6 +117,22 @@ def test_unknown_route_and_wrong_method(client):
     assert_error(client.delete("/v1/targets"), 405, "method_not_allowed")
 
 
+def test_a_405_allows_every_method_of_the_path(client):
+    # /v1/fit is served by two routes (POST fits, GET tells the model in use)
+    assert client.options("/v1/fit").headers["allow"] == "GET, POST"
+    assert client.delete("/v1/fit").headers["allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+@pytest.mark.parametrize("path", ["/v1/select", "/v1/conv2d", "/v1/tune", "/v1/plan"])
+@pytest.mark.parametrize("media", [None, "application/json", "text/plain"])
+def test_put_and_patch_on_body_routes_are_405_whatever_the_body(client, method, path, media):
+    headers = {"content-type": media} if media else {}
+    answer = client.request(method, path, content=b"{}", headers=headers)
+    assert_error(answer, 405, "method_not_allowed")
+    assert answer.headers["allow"] == "POST"
+
+
 def test_openapi_documents_every_route(client):
     doc = client.get("/openapi.json").json()
     for path in ("/v1/select", "/v1/select/batch", "/v1/conv2d", "/v1/targets", "/v1/methods",
