@@ -74,7 +74,7 @@ def validate_body(model: type[M], data: Any, *, json: bool = False,
         return model.model_validate_json(data) if json else model.model_validate(data)
     except ValidationError as exc:
         raise RequestValidationError(
-            [{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_input=False)]
+            [{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_url=False)]
         ) from None
 
 

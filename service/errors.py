@@ -137,11 +137,15 @@ def validation_errors(errors: Any) -> list[dict[str, Any]]:
 
 
 def validation_body(errors: Any) -> dict[str, Any]:
+    """The first error's field, value (what was sent there, cut as every echoed value; none
+    for a missing field) and rule, and the first errors' locations."""
+    errors = list(errors)
     items = validation_errors(errors)
     first = items[0] if items else {"loc": [], "msg": "invalid request"}
     where = ".".join(str(p) for p in first["loc"])
+    sent = errors[0].get("input") if errors and errors[0].get("type") != "missing" else None
     return error_body("validation_error", f"{where}: {first['msg']}" if where else first["msg"],
-                      field=where or None, rule=first["msg"], errors=items)
+                      field=where or None, value=sent, rule=first["msg"], errors=items)
 
 
 def _json_safe(value: Any) -> Any:

@@ -63,7 +63,7 @@ async def select_batch(request: Request) -> dict[str, Any]:
     try:
         body = batch_model(limit).model_validate_json(await request.body())
     except ValidationError as exc:
-        errors = exc.errors(include_input=False)
+        errors = exc.errors(include_url=False)
         if errors[0]["type"] == "too_long" and errors[0]["loc"] == ("problems",):
             raise TooLargeError("problems", errors[0]["ctx"]["actual_length"], limit,
                                 "batch size") from None

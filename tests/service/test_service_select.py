@@ -173,3 +173,18 @@ def test_batch_size_limit_is_413():
         body = assert_error(c.post("/v1/select/batch", json={"problems": [P] * 3}), 413,
                             "too_large", "problems")
         assert body["value"] == 3 and "2" in body["rule"]
+
+
+@pytest.mark.parametrize(("change", "sent"), [
+    ({"problem": {**P, "h": "8"}}, "8"),
+    ({"problem": {**P, "h": 0}}, 0),
+    ({"problem": {**P, "dtype": "F64"}}, "F64"),
+    ({"problem": P, "policy": "fastest"}, "fastest"),
+    ({"problem": {**P, "h": 10**30}}, str(10**30)),   # beyond 2**53: as text
+    ({"problem": {**P, "stride": [1] * 1_000}}, "<list of 1000 items>"),
+    ({"problem": {**P, "colour": "x" * 5000}}, "x" * 197 + "..."),
+    ({"problem": {k: v for k, v in P.items() if k != "kw"}}, None),   # missing: nothing sent
+])
+def test_a_schema_error_echoes_the_value_sent_cut_to_size(client, change, sent):
+    body = assert_error(client.post("/v1/select", json=change), 422, "validation_error")
+    assert body["value"] == sent
