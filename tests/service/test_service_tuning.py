@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
 import pytest
-from service_support import assert_error, client_for
+from service_support import assert_error, client_for, running
 
 from service import timing
+from service.config import Settings
 from service.routes import tuning as tuning_route
 
 SMALL = {"n": 1, "h": 6, "w": 6, "c": 4, "k": 4, "kh": 3, "kw": 3, "pad": 1}
@@ -132,3 +137,20 @@ def test_find_honours_the_servers_time_limit_too(db_path):
         r = c.post("/v1/find", json={"problem": heavy, "budget_s": 25})
     assert r.status_code == 200, r.text
     assert r.json()["complete"] is False and r.json()["elapsed_s"] < 0.6, r.json()["elapsed_s"]
+
+
+def test_retry_after_on_a_busy_tuning_is_the_time_the_running_one_has_left(db_path):
+    heavy = {"n": 1, "h": 28, "w": 28, "c": 32, "k": 32, "kh": 3, "kw": 3, "pad": 1}  # ~1 s whole
+    with running(Settings(tuning_db=str(db_path), max_tune_seconds=1)) as url, \
+            httpx.Client(base_url=url, timeout=30) as first, \
+            httpx.Client(base_url=url, timeout=30) as second, ThreadPoolExecutor(1) as thread:
+        finding = thread.submit(first.post, "/v1/find",
+                                json={"problem": heavy, "budget_s": 25})   # cut to 1 s
+        deadline = time.monotonic() + 10   # the server runs in this process: wait for the
+        while not timing._running.locked():   # find to hold the one timing slot
+            assert time.monotonic() < deadline and not finding.done()
+            time.sleep(0.01)
+        busy = second.post("/v1/tune", json={"problem": SMALL})
+        assert_error(busy, 503, "busy")
+        assert int(busy.headers["Retry-After"]) == 1   # not the 25 s the find asked for
+        assert finding.result().status_code == 200
