@@ -5,23 +5,28 @@ unknown URLs cannot grow the label set), method (the standard ones by name, any 
 ``OTHER``: 300 made-up methods of 12,000 characters once made a scrape 80 MB) and status.
 Backend counters, such as the OpenCL runtime cache's hits and misses, are read from each
 backend's ``describe()`` at scrape time.
-With several uvicorn workers each process keeps its own numbers.
+With several uvicorn workers (``service.server.shared_metrics``) the request, selection and
+convolution numbers are prometheus-client's multiprocess ones: every scrape sums all workers;
+the backend counters are the answering worker's own.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("convsel.service")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"   # prometheus-client's own variable
 UNMATCHED = "<unmatched>"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 OTHER_METHOD = "OTHER"
@@ -53,8 +58,10 @@ class Metrics:
                                 registry=r)
         self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._selection_series: dict[tuple[str, ...], Any] = {}
-        if backend_describers is not None:
-            r.register(BackendCounters(backend_describers))
+        self._backend_counters = (BackendCounters(backend_describers)
+                                  if backend_describers is not None else None)
+        if self._backend_counters is not None:
+            r.register(self._backend_counters)
 
     def request_series(self, route: str, method: str, status: int) -> tuple[Any, Any]:
         """The (counter, histogram) children of one label set; ``labels()`` costs ~10 us a
@@ -79,7 +86,15 @@ class Metrics:
             seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not os.environ.get(MULTIPROC_DIR):
+            return generate_latest(self.registry)
+        # prometheus-client chose file-backed values at import (the variable was set): sum
+        # every worker's files; a collector registered here is read from this process only
+        shared = CollectorRegistry()
+        MultiProcessCollector(shared)
+        if self._backend_counters is not None:
+            shared.register(self._backend_counters)
+        return generate_latest(shared)
 
 
 class BackendCounters(Collector):

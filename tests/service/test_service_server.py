@@ -12,8 +12,15 @@ from service_support import PROBLEM, conv_body, from_b64, served, tensors
 from convsel import conv2d
 
 
+def healthz_count(metrics: str) -> float:
+    key = 'convsel_http_requests_total{method="GET",route="/healthz",status="200"}'
+    return sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(key))
+
+
 def test_convsel_serve_over_a_socket():
-    with served({"CONVSEL_MAX_BATCH_SIZE": "3"}) as (url, proc):
+    # Two workers: the settings reach both, and every scrape sums both (prometheus-client's
+    # multiprocess mode); a scrape once showed only the worker that answered it.
+    with served({"CONVSEL_MAX_BATCH_SIZE": "3"}, workers=2) as (url, proc):
         with httpx.Client(base_url=url, timeout=30) as client:
             sel = client.post("/v1/select", json={"problem": PROBLEM, "target": "G77"},
                               headers={"X-Request-ID": "trace-me-42"})
@@ -30,6 +37,12 @@ def test_convsel_serve_over_a_socket():
             assert big.status_code == 413
             metrics = client.get("/metrics")
             assert 'route="/v1/conv2d",status="200"' in metrics.text
+        # a connection each: the two workers take turns accepting them
+        with httpx.Client(base_url=url, limits=httpx.Limits(max_keepalive_connections=0)) as c:
+            for _ in range(30):
+                assert c.get("/healthz").status_code == 200
+            scrapes = {healthz_count(c.get("/metrics").text) for _ in range(8)}
+        assert scrapes == {30.0}, scrapes
     output = proc.output
     # uvicorn shuts down gracefully, then re-raises the signal so the exit status shows it.
     assert proc.returncode in (0, -signal.SIGTERM), output
@@ -49,3 +62,4 @@ def test_uvicorn_access_log_and_request_log_are_settings():
         assert httpx.get(f"{url}/healthz").status_code == 200
     assert "GET /healthz HTTP/1.1" in proc.output
     assert not [line for line in proc.output.splitlines() if line.startswith("{")]
+
