@@ -109,7 +109,8 @@ def backends_and_device(state: ServiceState, given: str | list[str] | None
     """The request's backends (one, or several in order of preference), else the server's,
     and the device for the entries that name none: the server's, unless one names its
     index."""
-    chosen = arguments.backends(given or state.settings.default_backend)
+    # None is "the server's"; an empty name is the library's to refuse, as for targets
+    chosen = arguments.backends(state.settings.default_backend if given is None else given)
     return chosen, None if _names_a_device(chosen) else state.settings.opencl_device
 
 
@@ -129,7 +130,7 @@ def backends_to_run(state: ServiceState, given: str | list[str] | None
 def backend_to_run(state: ServiceState, given: str | None) -> str:
     """The request's backend, else the server's, if it can run here: a backend that cannot
     (no OpenCL device) is 503, as when the library finds it so."""
-    backend = arguments.backend(given or state.settings.default_backend)
+    backend = arguments.backend(state.settings.default_backend if given is None else given)
     ready = backends.available(backend)
     if not ready.ok:
         raise BackendUnavailableError(ready.reason, backend=backend)

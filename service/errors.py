@@ -54,6 +54,15 @@ class BusyError(Exception):
                          f"server accepts; retry after {retry_after} s")
 
 
+class ConflictError(Exception):
+    """A well-formed request that the server's state cannot serve yet, such as fitting a
+    model on a tuning database with too few timings (HTTP 409)."""
+
+    def __init__(self, field: str, value: Any, rule: str, message: str) -> None:
+        self.field, self.value, self.rule = field, value, rule
+        super().__init__(message)
+
+
 class UnauthorizedError(Exception):
     """A route that needs the operator's token, called without it (HTTP 401)."""
 
@@ -79,6 +88,7 @@ ERRORS: dict[type[BaseException], tuple[int, str]] = {
     ConvselError: (500, "convsel_error"),
     TooLargeError: (413, "too_large"),
     BusyError: (503, "busy"),
+    ConflictError: (409, "conflict"),
     UnauthorizedError: (401, "unauthorized"),
 }
 
@@ -245,6 +255,7 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 _DESCRIPTIONS = {401: "the route needs the API token (CONVSEL_API_TOKEN is set)",
+                 409: "the server's state cannot serve the request yet (too few timings)",
                  413: "a body, tensor or convolution over a configured limit",
                  415: "a body in a content type this route does not read",
                  422: "invalid input: the body names the field, the value and the rule",

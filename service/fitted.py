@@ -16,7 +16,8 @@ def where(state: ServiceState, backend: str | None,
           device: str | None) -> tuple[str, Any, dict[str, str]]:
     """The request's backend and device, else the server's, with the device's identity."""
     s = state.settings
-    backend, device = arguments.backend(backend or s.default_backend), device or s.opencl_device
+    backend = arguments.backend(s.default_backend if backend is None else backend)
+    device = device or s.opencl_device
     return backend, device, device_identity(backend, device)
 
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from convsel import Rules, load_rules
-from convsel.targets import target_names
+from convsel.targets import MALI_MODELS_OUTSIDE_ACL, target_names
 
 from .auth import require_token
 from .schemas import MAX_NAME, ErrorBody
@@ -55,14 +55,39 @@ def build(app: FastAPI, routes: Sequence[APIRoute], models: Sequence[type[BaseMo
     return schema
 
 
+_SEP = r"[\s_\-]"   # what convsel.targets ignores in a name
+
+
 def target_schema(rules: Rules) -> dict[str, Any]:
-    """What ``convsel.targets.resolve_target`` accepts: a known name, in any case and with
-    surrounding blanks, or any name with "mali" in it (a Mali device name)."""
+    """What ``convsel.targets.resolve_target`` accepts, as its three ways of reading a name:
+    a known name (or a Mali model ACL maps by its letter) in any case, spaces, '-' and '_'
+    anywhere; a known name after "Mali"; and a Mali
+    device name, "Mali-" then a model (known, or one ACL maps by its letter) as the rules'
+    ``device_names.pattern`` reads it (its full word, or its letters and digits), then
+    anything. (Unicode letters whose upper case is ASCII, such as 'ſ', resolve too and are
+    left out.)"""
     names = target_names(rules)
-    known = "|".join(_any_case(n) for n in [*names, "cpu_nofp16"])
-    pattern = rf"^\s*(?:{known}|[\s\S]*{_any_case('mali')}[\s\S]*)\s*$"
+    squashed = sorted({_squash(n) for n in names}, key=len, reverse=True)
+    models = sorted({*squashed, *MALI_MODELS_OUTSIDE_ACL}, key=len, reverse=True)
+    spelled = _spelled(squashed)
+    mali = rf"\s*{_any_case('mali')}{_SEP}*"
+    device = "|".join([*(rf"{_any_case(m)}(?!\w)" for m in models),
+                       *(rf"{_any_case(m)}(?![A-Za-z\d])" if m.isalpha() else
+                         rf"{_any_case(m)}(?!\d)" for m in models
+                         if re.fullmatch(r"[A-Z]+[0-9]*", m))])
+    pattern = (rf"^(?:{_SEP}*(?:{_spelled(models)}){_SEP}*|{mali}(?:{spelled}){_SEP}*"
+               rf"|{mali}(?:{device})[\s\S]*)$")
     return {"anyOf": [{"type": "string", "enum": names},
                       {"type": "string", "pattern": pattern, "maxLength": MAX_NAME}]}
+
+
+def _spelled(names: Sequence[str]) -> str:
+    """Any of ``names`` in any case, with separators anywhere."""
+    return "|".join(f"{_SEP}*".join(_any_case(c) for c in name) for name in names)
+
+
+def _squash(name: str) -> str:
+    return re.sub(_SEP + "+", "", name).upper()
 
 
 def _any_case(name: str) -> str:

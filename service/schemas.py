@@ -31,8 +31,8 @@ from pydantic import (
 from convsel import algorithms, backends
 from convsel.activation import KINDS
 from convsel.layouts import WEIGHTS_LAYOUTS
-from convsel.policies import POLICIES
-from convsel.problem import DTYPES, LAYOUTS, ConvProblem
+from convsel.policies import POLICIES, POLICY_OPTIONS
+from convsel.problem import DTYPES, FLOAT_DTYPES, LAYOUTS, ConvProblem
 
 MAX_SIZE = 1 << 16       # the largest size, stride, pad, dilation or group count accepted
 MAX_NAME = 128           # target, device and other free-text names
@@ -98,8 +98,27 @@ PadPair = Annotated[list[PadSize], Field(min_length=2, max_length=2)]
 PadQuad = Annotated[list[PadSize], Field(min_length=4, max_length=4)]
 ActivationKind = _enum(["identity", *KINDS])
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-ActivationText = Annotated[str, Field(max_length=64,
-                                      pattern=r"^\s*[a-z_]+\s*(\([^)]{0,48}\))?\s*$")]
+
+
+def _activation_pattern() -> str:
+    """What ``convsel.activation.parse_activation`` reads from text: a kind, any case, with at
+    most as many numeric parameters as the kind takes (ASCII digits, exponents of two digits:
+    finite floats). One regex, valid alike in pydantic's engine and JSON Schema's."""
+    number = r"[+-]?([0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20})([eE][+-]?[0-9]{1,2})?"
+    forms = []
+    for name, params in [("identity", 0), ("none", 0),
+                         *((name, len(kind.params)) for name, kind in KINDS.items())]:
+        args = (rf"\(\s*({number}(\s*,\s*{number}){{0,{params - 1}}})?\s*\)" if params
+                else r"\(\s*\)")
+        forms.append(f"{_any_case(name)}\\s*({args})?")
+    return rf"^\s*({'|'.join(forms)})\s*$"
+
+
+def _any_case(name: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in name)
+
+
+ActivationText = Annotated[str, Field(max_length=64, pattern=_activation_pattern())]
 
 
 class ActivationIn(_In):
@@ -158,6 +177,13 @@ ProblemIn = create_model(  # type: ignore[call-overload]
     **_problem_fields())
 
 
+RunnableProblemIn = create_model(  # type: ignore[call-overload]
+    "RunnableProblemIn", __base__=ProblemIn, __module__=__name__,
+    __doc__="A problem this server can run, time or tune: as ProblemIn, in "
+    f"{' or '.join(FLOAT_DTYPES)} (the other dtypes are selection-only).",
+    dtype=(_enum(FLOAT_DTYPES), Field(FLOAT_DTYPES[0])))
+
+
 # ---- requests -------------------------------------------------------------------------------
 
 Policy = _enum(POLICIES)
@@ -167,7 +193,12 @@ _BACKEND_LIST_DOC = (f"one backend ({', '.join(backends.BACKENDS)}; opencl:1 nam
                      "by index, as GET /v1/backends lists them), several in order of "
                      "preference (a list, or 'opencl,numpy'), or 'auto' (every backend this "
                      "server has); the library judges the names")
-_NAME_SCHEMA = {"type": "string", "maxLength": MAX_NAME}
+# What convsel.arguments.backends reads (a name, name:device-index, a comma list, or auto);
+# naming one twice, or a device this server lacks, is the library's to refuse.
+_PLACEMENT = rf"\s*({'|'.join(backends.BACKENDS)})(:\d+)?\s*"
+_BACKEND_TEXT = {"type": "string", "maxLength": MAX_NAME,
+                 "pattern": rf"^(\s*auto\s*|{_PLACEMENT}(,{_PLACEMENT})*)$"}
+_BACKEND_ITEM = {"type": "string", "maxLength": MAX_NAME, "pattern": rf"^{_PLACEMENT}$"}
 
 
 def _backend_list(value: Any) -> str | list[str]:
@@ -184,8 +215,9 @@ def _backend_list(value: Any) -> str | list[str]:
 # A backend argument as the library reads it (convsel.arguments.backends).
 BackendList = Annotated[Union[str, list[str]],  # noqa: UP007 - a runtime type for pydantic
                         PlainValidator(_backend_list), WithJsonSchema({"anyOf": [
-                            _NAME_SCHEMA, {"type": "array", "items": _NAME_SCHEMA,
-                                           "minItems": 1, "maxItems": MAX_BACKENDS}]})]
+                            _BACKEND_TEXT, {"type": "array", "items": _BACKEND_ITEM,
+                                            "minItems": 1, "maxItems": MAX_BACKENDS,
+                                            "uniqueItems": True}]})]
 Algorithm = _enum(["auto", *algorithms.ALGORITHMS])
 _POLICY = Field("acl", description="who decides (convsel.policies): acl answers with ACL's "
                 "rules; measured with the tuning database's timings where it has them")
@@ -197,7 +229,23 @@ _ALGORITHMS_DOC = "auto (what the policy chooses) or one of: " + "; ".join(
     f"{name}: {spec.description}" for name, spec in algorithms.SPECS.items())
 
 
+def _options_only_with_policies_taking_them(*options: str) -> dict[str, Any]:
+    """JSON Schema for "an option is given only with a policy that takes it" (the library
+    refuses ``device`` with policy acl): for each option, the policy is one of its takers
+    (``convsel.policies.POLICY_OPTIONS``), or the option is absent or null."""
+    rules = []
+    for option in options:
+        takers = [name for name in POLICIES if option in POLICY_OPTIONS[name]]
+        rules.append({"anyOf": [
+            {"required": ["policy"], "properties": {"policy": {"enum": takers}}},
+            {"properties": {option: {"type": "null"}}}]})
+    return {"allOf": rules}
+
+
 class SelectRequest(_In):
+    model_config = ConfigDict(
+        json_schema_extra=_options_only_with_policies_taking_them("backend", "device"))
+
     problem: ProblemIn  # type: ignore[valid-type]
     target: str | None = _TARGET
     policy: Policy = _POLICY  # type: ignore[valid-type]
@@ -212,6 +260,9 @@ class SelectBatchRequest(_In):
     is malformed (422) or there are too many (413); a well-formed problem that the library
     refuses (a pad too large, ...) gives an error entry at its index."""
 
+    model_config = ConfigDict(
+        json_schema_extra=_options_only_with_policies_taking_them("backend", "device"))
+
     problems: list[ProblemIn] = Field(  # type: ignore[valid-type]
         json_schema_extra=BATCH_FIELD, description="at most CONVSEL_MAX_BATCH_SIZE problems")
     target: str | None = _TARGET
@@ -220,14 +271,21 @@ class SelectBatchRequest(_In):
     device: str | None = _DEVICE
 
 
+# What service.npy decodes (RFC 4648, standard alphabet, padded), stated for clients; the
+# decoder checks it (and then the .npy inside), not the wire: a regex over 32 MiB of text
+# would be the same check twice.
+_BASE64 = {"pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"}
+
+
 class Conv2dRequest(_In):
     """A convolution to run. Tensors are base64 of ``.npy`` bytes in the problem's layout and
     dtype (float32 for F32, float16 for F16); weights in ``weights_layout``."""
 
-    problem: ProblemIn  # type: ignore[valid-type]
-    x: str = Field(description="input, base64 of .npy bytes")
-    w: str = Field(description="weights, base64 of .npy bytes")
-    bias: str | None = Field(None, description="K values, base64 of .npy bytes")
+    problem: RunnableProblemIn  # type: ignore[valid-type]
+    x: str = Field(description="input, base64 of .npy bytes", json_schema_extra=_BASE64)
+    w: str = Field(description="weights, base64 of .npy bytes", json_schema_extra=_BASE64)
+    bias: str | None = Field(None, description="K values, base64 of .npy bytes",
+                             json_schema_extra=_BASE64)
     algorithm: Algorithm = Field("auto", description=_ALGORITHMS_DOC)  # type: ignore[valid-type]
     backend: BackendList | None = Field(
         None, description="where it runs (default: the server's): the first that supports "
@@ -248,17 +306,19 @@ CONV2D_FORM_SCHEMA: dict[str, Any] = {
     "required": ["problem", "x", "w"],
     "additionalProperties": False,
     "properties": {
-        "problem": {"type": "string", "description": "the problem as JSON text"},
+        # an object part is sent as JSON text (CONV2D_FORM_ENCODING)
+        "problem": {"$ref": "#/components/schemas/RunnableProblemIn"},
         "x": {"type": "string", "format": "binary", "description": ".npy file"},
         "w": {"type": "string", "format": "binary", "description": ".npy file"},
         "bias": {"type": "string", "format": "binary", "description": ".npy file"},
         "algorithm": _text_part(_CONV_FIELDS["algorithm"]),
-        "backend": {"type": "string", "maxLength": MAX_NAME, "description": _BACKEND_LIST_DOC},
+        "backend": {**_BACKEND_TEXT, "description": _BACKEND_LIST_DOC},
         "target": {"type": "string", "maxLength": MAX_NAME},
         "weights_layout": _text_part(_CONV_FIELDS["weights_layout"]),
         "policy": _text_part(_CONV_FIELDS["policy"]),
     },
 }
+CONV2D_FORM_ENCODING = {"problem": {"contentType": "application/json"}}
 
 
 # ---- responses ------------------------------------------------------------------------------

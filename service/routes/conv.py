@@ -27,7 +27,12 @@ from ..convert import backends_and_device, check_size, to_problem, validate_body
 from ..errors import TooLargeError, responses
 from ..limits import JSON, MULTIPART, BodyRule
 from ..npy import NPY_MEDIA_TYPE, decode_base64, decode_file, encode_base64, encode_bytes
-from ..schemas import CONV2D_FORM_SCHEMA, Conv2dRequest, Conv2dResponse
+from ..schemas import (
+    CONV2D_FORM_ENCODING,
+    CONV2D_FORM_SCHEMA,
+    Conv2dRequest,
+    Conv2dResponse,
+)
 from ..state import ServiceState, StateDep
 
 router = APIRouter(prefix="/v1", tags=["convolution"])
@@ -61,7 +66,8 @@ class Job:
                **responses(413, 415, 422, 503)},
     openapi_extra={"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": "#/components/schemas/Conv2dRequest"}},
-        "multipart/form-data": {"schema": CONV2D_FORM_SCHEMA}}}})
+        "multipart/form-data": {"schema": CONV2D_FORM_SCHEMA,
+                                "encoding": CONV2D_FORM_ENCODING}}}})
 async def conv2d(request: Request, state: StateDep) -> Response:
     """Run the convolution with the selected (``algorithm: auto``) or named algorithm; y
     comes back in the problem's layout and dtype. 503 + Retry-After when the pool is full."""

@@ -21,7 +21,7 @@ from convsel import find
 from ..auth import TOKEN
 from ..convert import backends_to_run, check_size, json_body, to_problem, validate_body
 from ..errors import responses
-from ..schemas import MAX_NAME, BackendList, ProblemIn, integral
+from ..schemas import MAX_NAME, BackendList, RunnableProblemIn, integral
 from ..state import ServiceState, state_of
 from ..timing import MAX_BUDGET_S, budget, timing_slot
 
@@ -38,7 +38,7 @@ Top = Annotated[StrictInt, Field(ge=1, le=MAX_TOP), BeforeValidator(integral)]
 class FindRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    problem: ProblemIn  # type: ignore[valid-type]
+    problem: RunnableProblemIn  # type: ignore[valid-type]
     target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra={
         "x-convsel": "target"}, description="the ACL target whose rules' pick is "
         "reported beside the ranking; default: the server's")

@@ -21,7 +21,7 @@ from convsel.tuning import open_db
 
 from ..auth import TOKEN
 from ..convert import json_body, validate_body
-from ..errors import BusyError, responses
+from ..errors import BusyError, ConflictError, responses
 from ..fitted import model_in_use, where
 from ..schemas import MAX_NAME, Backend, integral
 from ..state import ServiceState, StateDep, state_of
@@ -76,7 +76,8 @@ class FitBusyError(BusyError):
 
 
 @router.post("/fit", response_model=FitResponse, dependencies=[TOKEN],
-             responses=responses(401, 413, 415, 422, 503), openapi_extra=json_body("FitRequest"))
+             responses=responses(401, 409, 413, 415, 422, 503),
+             openapi_extra=json_body("FitRequest"))
 async def fit_model(request: Request) -> dict[str, Any]:
     """Fit the cost model of this server's backend and device and store it in the database;
     answers the stored model's identity and each family's held-out regret. Needs the API
@@ -108,10 +109,17 @@ def _fit(state: ServiceState, body: FitRequest) -> dict[str, Any]:
     backend, _, ident = where(state, body.backend, body.device)
     try:
         db = open_db(state.settings.tuning_db)
-    except TuningDatabaseError as exc:
-        raise InvalidProblemError("tuning_db", "server", f"cannot be opened: {exc}") from exc
-    stored = fit_and_store(db, backend, ident, newest=body.max_entries,
-                           families=body.families)
+    except TuningDatabaseError as exc:   # the server's store: 503, as everywhere
+        raise TuningDatabaseError(state.public(str(exc))) from None
+    try:
+        stored = fit_and_store(db, backend, ident, newest=body.max_entries,
+                               families=body.families)
+    except InvalidProblemError as exc:
+        if exc.field != "entries":
+            raise
+        # Too few timings in this server's database: its state, not the request, is at fault
+        # (and no schema could say so): 409, until `convsel tune` has added more.
+        raise ConflictError(exc.field, exc.value, exc.rule, str(exc)) from None
     meta = stored["meta"]
     return {"backend": backend, "device": ident, "family": stored["family"], "id": meta["id"],
             "training_problems": meta["training_problems"],

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,6 +54,13 @@ _BACKENDS_DOC = ("where the Convs run: one backend, or several in order of prefe
                  "that supports each Conv, measured/predicted the least total time")
 
 
+# What convsel.onnx.parse_input_shape reads: NAME=D0,D1,... (or 1x3x224x224), every
+# dimension at least 1. Whether the model has a tensor of that name is the planner's to say.
+_DIM = "0*[1-9][0-9]*"
+INPUT_SHAPE = rf"^\s*[^=\s][^=]*?\s*=\s*{_DIM}([,x\s]+{_DIM})*[,x\s]*$"
+InputShape = Annotated[str, Field(max_length=256, pattern=INPUT_SHAPE)]
+
+
 class PlanForm(BaseModel):
     """The form's fields besides the ``model`` file part."""
 
@@ -62,7 +69,7 @@ class PlanForm(BaseModel):
     target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra=TARGET_FIELD,
                                description="cpu, G77, ...; default: the server's")
     policy: Literal[tuple(POLICIES)] = "acl"  # type: ignore[valid-type]
-    input_shape: list[str] = Field(
+    input_shape: list[InputShape] = Field(
         [], max_length=64, description="NAME=D0,D1,... for an input left unknown (repeatable)")
     fast_math: bool = False
     layout: Literal["NCHW", "NHWC"] = "NCHW"
@@ -78,7 +85,8 @@ _FORM_SCHEMA: dict[str, Any] = {
         "target": {"type": "string", "maxLength": MAX_NAME, **TARGET_FIELD},
         "policy": {"type": "string", "enum": list(POLICIES), "default": "acl"},
         "input_shape": {"type": "array", "maxItems": 64,
-                        "items": {"type": "string", "maxLength": 256},
+                        "items": {"type": "string", "maxLength": 256,
+                                  "pattern": INPUT_SHAPE},
                         "description": "NAME=D0,D1,... for an input left unknown"},
         "fast_math": {"type": "boolean", "default": False},
         "layout": {"type": "string", "enum": ["NCHW", "NHWC"], "default": "NCHW"},

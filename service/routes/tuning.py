@@ -34,7 +34,7 @@ from ..auth import TOKEN
 from ..convert import backend_to_run, check_size, json_body, to_problem, validate_body
 from ..errors import responses
 from ..fitted import model_in_use
-from ..schemas import MAX_NAME, Backend, ProblemIn
+from ..schemas import MAX_NAME, Backend, RunnableProblemIn
 from ..state import ServiceState, StateDep, state_of
 from ..timing import MAX_BUDGET_S, budget, timing_slot
 
@@ -44,7 +44,7 @@ router = APIRouter(prefix="/v1", tags=["tuning"])
 class TuneRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    problem: ProblemIn  # type: ignore[valid-type]
+    problem: RunnableProblemIn  # type: ignore[valid-type]
     target: str | None = Field(None, max_length=MAX_NAME, json_schema_extra={
         "x-convsel": "target"}, description="the ACL target whose rules break a tie; "
         "default: the server's")

@@ -73,5 +73,7 @@ def test_fit_reports_too_little_data(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVSEL_TUNING_DB", str(path))
     with client_for(tuning_db=path) as client:
         answer = client.post("/v1/fit", json={})
-    assert answer.status_code == 422
+    # the server's state, not the request, is at fault: 409 (a 422 said the body was wrong)
+    assert answer.status_code == 409 and answer.json()["code"] == "conflict", answer.text
+    assert answer.json()["field"] == "entries" and answer.json()["value"] == 0
     assert "convsel tune --sample" in answer.text

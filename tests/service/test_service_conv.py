@@ -120,7 +120,9 @@ def _bad_bodies():
         (conv_body(x, w, target="G99"), 422, "unknown_target", "target"),
         (conv_body(x, w, problem={**PROBLEM, "pad": 7}), 422, "invalid_problem",
          "problem.pad"),
-        (conv_body(x, w, problem={**PROBLEM, "dtype": "QASYMM8"}), 422, "unsupported", None),
+        # a selection-only dtype cannot run: the schema says F32 or F16
+        (conv_body(x, w, problem={**PROBLEM, "dtype": "QASYMM8"}), 422, "validation_error",
+         "body.problem.dtype"),
         (conv_body(x, w, problem={**PROBLEM, "kh": 5, "kw": 5, "pad": 2}), 422,
          "invalid_problem", "w"),
         ({"problem": PROBLEM, "x": npy_b64(x)}, 422, "validation_error", "body.w"),

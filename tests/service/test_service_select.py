@@ -53,7 +53,7 @@ def test_answers_repeat_identically(client):
     # the library's judgement: the problem's meaning, targets, a policy's options
     ({"problem": {**P, "pad": 9}}, "invalid_problem", "problem.pad"),
     ({"problem": {**P, "groups": 3}}, "invalid_problem", "problem.groups"),
-    ({"problem": {**P, "activation": "relux"}}, "invalid_problem", "problem.activation"),
+    ({"problem": {**P, "activation": "relux"}}, "validation_error", "body.problem.activation"),
     ({"problem": P, "target": "G99"}, "unknown_target", "target"),
     ({"problem": P, "backend": "opencl"}, "invalid_problem", "backend"),  # acl takes none
     # the wire's contract: types, ranges, enums, shapes (stated in OpenAPI)

@@ -78,7 +78,7 @@ def test_a_spent_budget_returns_the_measurement_unrecorded(client, monkeypatch):
     ({"budget_s": 0}, 422, "validation_error", "body.budget_s"),
     ({"budget_s": 1e6}, 422, "validation_error", "body.budget_s"),
     ({"backend": "cuda"}, 422, "validation_error", "body.backend"),
-    ({"problem": {**SMALL, "dtype": "QASYMM8"}}, 422, "unsupported", None),
+    ({"problem": {**SMALL, "dtype": "QASYMM8"}}, 422, "validation_error", "body.problem.dtype"),
     ({"problem": {**SMALL, "h": 60000, "w": 60000}}, 413, "too_large", "x"),
     ({"problem": {**SMALL, "h": 100000}}, 422, "validation_error", "body.problem.h"),
     # small x, y and flops, but a padded input of 14 G elements
