@@ -102,7 +102,7 @@ def _placement(item: str, value: Any) -> Placement:
         _unknown_backend(value)
     if not colon:
         return Placement(name)
-    if not index.isdigit():
+    if not index.isdecimal():   # isdigit() takes "²", which int() cannot read
         raise InvalidProblemError("backend", value, f"{item!r}: the device after ':' is an "
                                   "index, a whole number >= 0 (as `convsel backends` lists them)")
     return Placement(name, int(index))

@@ -188,3 +188,11 @@ def test_batch_size_limit_is_413():
 def test_a_schema_error_echoes_the_value_sent_cut_to_size(client, change, sent):
     body = assert_error(client.post("/v1/select", json=change), 422, "validation_error")
     assert body["value"] == sent
+
+
+def test_a_device_index_that_is_a_digit_but_no_number_is_422(client):
+    # str.isdigit() takes "²", int() does not: the backend argument once answered 500
+    body = assert_error(client.post("/v1/select", json={
+        "problem": P, "policy": "measured", "backend": "opencl:²"}), 422, "invalid_problem",
+        "backend")
+    assert "whole number" in body["rule"]
