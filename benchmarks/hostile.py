@@ -11,7 +11,12 @@ Starts ``convsel serve --workers 2`` on a free 127.0.0.1 port and then:
 3. kills during tuning: ``--kills`` times a ``/v1/tune`` is started on a server that is
    then killed with SIGKILL mid-measurement; the database must still open and list;
 4. when ``CONVSEL_TUNING_DB`` is a ``postgresql://`` URL, two replicas sharing it: a tune on
-   replica A must be what ``policy=measured`` answers on replica B.
+   replica A must be what ``policy=measured`` answers on replica B;
+5. slow clients and floods (issue 25) on a server with short timeouts: ten trickled conv2d
+   bodies beside a normal conv2d, more half-sent heads than ``CONVSEL_MAX_CONNECTIONS``
+   beside ``/healthz``, 300 made-up methods of 12,000 characters then ``/metrics``, clients
+   hanging up mid-body, and a tuning database that accepts and never answers beside
+   ``/healthz`` (the slowest probe answer is reported).
 
 It prints what was tried and what held: requests per status, the 5xx count (the check fails
 on any), and the peak RSS (VmHWM) of every server process.
@@ -358,6 +363,96 @@ def run_replicas(env: dict[str, str]) -> list[str]:
     return held
 
 
+def _raw(url: str, head: bytes) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10)
+    s.sendall(head)
+    return s
+
+
+def _status_of(s: socket.socket) -> int:
+    """The status the server answered on ``s`` before closing it (DROPPED for none)."""
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:
+        pass
+    s.close()
+    return int(data.split()[1]) if data.startswith(b"HTTP/1.1 ") else DROPPED
+
+
+def _timed(call: Any) -> tuple[Any, float]:
+    start = time.monotonic()
+    answer = call()
+    return answer, time.monotonic() - start
+
+
+def run_slow_clients(env: dict[str, str]) -> list[str]:
+    """Issue 25's slow clients and floods, on one worker with short timeouts."""
+    x = np.random.default_rng(0).standard_normal((1, 8, 8, 4), dtype=np.float32)
+    w = np.random.default_rng(1).standard_normal((8, 3, 3, 4), dtype=np.float32)
+    conv = {"problem": P, "x": _b64(_npy(x)), "w": _b64(_npy(w))}
+    short = {**env, "CONVSEL_BODY_TIMEOUT_S": "2", "CONVSEL_HEADER_TIMEOUT_S": "2"}
+    server, held = Server(short, workers=1), []
+    try:
+        body = b"POST /v1/conv2d HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        slow = [_raw(server.url, body + b"Content-Length: 100000\r\n\r\n{") for _ in range(10)]
+        answer, took = _timed(lambda: httpx.post(f"{server.url}/v1/conv2d", json=conv,
+                                                 timeout=30))
+        cut = [_status_of(s) for s in slow]
+        held.append(f"10 trickled conv2d bodies: a normal conv2d answered {answer.status_code} "
+                    f"in {took:.2f} s; the trickled ones got {sorted(set(cut))}")
+        heads = [_raw(server.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n") for _ in range(300)]
+        live, took = _timed(lambda: httpx.get(f"{server.url}/healthz", timeout=30))
+        closed = [_status_of(s) for s in heads]
+        held.append(f"300 half-sent heads (256 connections at most): /healthz {live.status_code} "
+                    f"in {took * 1e3:.0f} ms; the heads were closed ({closed.count(408)} told "
+                    f"408, {closed.count(DROPPED)} made way for newer connections)")
+        rng = random.Random(25)
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c:
+            for _ in range(300):
+                c.request("".join(rng.choices("ABCDEFGHIJKLMNOPQRSTUVWXYZ", k=12_000)),
+                          "/v1/select")
+            for _ in range(20):
+                _raw(server.url, body + b"Content-Length: 1000\r\n\r\n{").close()
+            time.sleep(0.5)
+            metrics = c.get("/metrics").text
+        errors = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                     if line.startswith("convsel_http_requests_total") and 'status="5' in line)
+        held.append(f"300 made-up methods of 12,000 characters: /metrics is "
+                    f"{len(metrics.encode()) / 1024:.0f} KiB; 20 hang-ups mid-body: "
+                    f"{errors:.0f} requests counted 5xx")
+        if answer.status_code != 200 or live.status_code != 200 or errors or \
+                len(metrics.encode()) > 100_000:
+            raise AssertionError("; ".join(held))
+    finally:
+        server.stop()
+    with socket.socket() as silent:   # a database server that accepts and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        dead = f"postgresql://convsel:pw@127.0.0.1:{silent.getsockname()[1]}/tuning"
+        server = Server({**env, "CONVSEL_TUNING_DB": dead, "CONVSEL_TUNING_DB_TIMEOUT": "2"},
+                        workers=1)
+        try:
+            waiting = [threading.Thread(target=httpx.post, daemon=True, args=(
+                f"{server.url}/v1/select",), kwargs={"json": {"problem": P, "policy": "measured"},
+                                                     "timeout": 60}) for _ in range(4)]
+            for t in waiting:
+                t.start()
+            ready, took_ready = _timed(lambda: httpx.get(f"{server.url}/readyz", timeout=60))
+            slowest = max(_timed(lambda: httpx.get(f"{server.url}/healthz", timeout=60))[1]
+                          for _ in range(20))
+            held.append(f"tuning database that never answers: /readyz {ready.status_code} in "
+                        f"{took_ready:.2f} s (tuning available="
+                        f"{ready.json()['detail']['tuning'].get('available')}); slowest of 20 "
+                        f"/healthz beside 4 measured selects: {slowest * 1e3:.0f} ms")
+            if slowest > 0.1 or took_ready > 1.5:
+                raise AssertionError(held[-1])
+        finally:
+            server.stop()
+    return held
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=3000)
@@ -383,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"in {elapsed:.1f} s")
         finally:
             server.stop()
-        held = run_kills(env, args.kills)
+        held = [*run_slow_clients(env), *run_kills(env, args.kills)]
         replicas = run_replicas(env) if db.startswith("postgresql://") else [
             ("replicas sharing PostgreSQL: not run (CONVSEL_TUNING_DB is not a postgresql:// "
             "URL)")]
