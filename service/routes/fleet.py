@@ -29,7 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from convsel import InvalidProblemError, TuningDatabaseError, arguments
+from convsel import TuningDatabaseError, arguments
 from convsel.tuning import (
     Limits,
     TuningDB,
@@ -46,10 +46,11 @@ from convsel.tuning import (
 
 from ..auth import TOKEN
 from ..convert import json_body, validate_body
-from ..errors import BusyError, TooLargeError, error_body, responses
+from ..errors import BusyError, ConflictError, TooLargeError, error_body, responses
 from ..limits import BodyRule
 from ..schemas import MAX_NAME, Backend, ErrorBody
 from ..state import ServiceState, StateDep, state_of
+from ..upload_schema import EntryIn
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
 BODIES = {"/v1/tuning/entries": BodyRule("max_upload_body_bytes")}
@@ -67,8 +68,10 @@ class UploadIn(BaseModel):
     schema_version: int | None = None
     convsel_version: str | None = Field(None, max_length=64)
     exported: float | None = None
-    entries: list[dict[str, Any]] = Field(description="entries as `convsel db export` writes "
-                                          "them; at most CONVSEL_MAX_UPLOAD_ENTRIES")
+    # The schema states each entry; the wire takes any objects (upload_model) and the library
+    # checks them one by one, so that partial=true stores the good ones.
+    entries: list[EntryIn] = Field(min_length=1, description="entries as `convsel db export` "
+                                   "writes them; at most CONVSEL_MAX_UPLOAD_ENTRIES")
     models: list[Any] | None = Field(None, description="ignored: the server fits its own")
 
 
@@ -137,6 +140,8 @@ class FitJobStarted(BaseModel):
 
 OPENAPI_MODELS = (UploadIn, FitJobIn)
 NOT_FOUND = {404: {"model": ErrorBody, "description": "no fit job of that id in the store"}}
+NO_CLASS = {409: {"model": ErrorBody, "description": "the store has no such device class "
+                  "(upload its timings first)"}}
 
 
 class FitQueueFullError(BusyError):
@@ -319,7 +324,8 @@ def shutdown() -> None:
 
 
 @router.post("/fit/jobs", status_code=202, dependencies=[TOKEN], response_model=FitJobStarted,
-             responses=responses(401, 413, 415, 422, 503), openapi_extra=json_body("FitJobIn"))
+             responses={**responses(401, 413, 415, 422, 503), **NO_CLASS},
+             openapi_extra=json_body("FitJobIn"))
 async def start_fit(request: Request) -> JSONResponse:
     """Fit the cost model of a device class in the store, in a worker process: answers 202
     with the job at once (``Location``: where to poll). The fitted model is stored where
@@ -350,9 +356,10 @@ def _submit(state: ServiceState, body: FitJobIn, requester: str) -> dict[str, An
     db = open_db(state.settings.tuning_db)
     ident = stored_class(db, backend, body.device)
     if ident is None:
-        raise InvalidProblemError("device", body.device, f"no device class of that name on "
-                                  f"{backend} in this server's store (GET /v1/devices lists "
-                                  "them; upload its timings first)")
+        # The store's state, not the request: the same body is served once timings are in.
+        rule = (f"no device class of that name on {backend} in this server's store (GET "
+                "/v1/devices lists them; upload its timings first)")
+        raise ConflictError("device", body.device, rule, f"device={body.device!r}: {rule}")
     return submit_fit_job(db, backend, ident, requester)
 
 

@@ -122,7 +122,17 @@ def _text(field: str, value: Any, limits: Limits, *, empty: bool = True,
     return value
 
 
+def _whole(value: Any) -> Any:
+    """JSON has one kind of number: 8.0 is the integer 8 (as JSON Schema and the service's
+    other routes read it), so an exporter that writes 8.0 is not refused."""
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _problem(raw: Any) -> ConvProblem:
+    if isinstance(raw, dict):   # the sizes, groups and pairs; an activation's bounds are reals
+        raw = {k: v if k == "activation" else _whole(v) for k, v in raw.items()}
     try:
         return ConvProblem.from_dict(raw)
     except InvalidProblemError as exc:
@@ -206,14 +216,14 @@ def _candidate(label: str, stats: Any, entry: TuningEntry, known: Mapping[str, s
     for name in TIME_FIELDS:
         if name == "median_s" or name in stats:
             _seconds(f"{where}.{name}", stats.get(name), limits, zero=name == "iqr_s")
-    runs = stats.get("runs")
+    runs = _whole(stats.get("runs"))
     if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= limits.runs:
         raise InvalidProblemError(f"{where}.runs", _short(runs), f"an integer from 1 to "
                                   f"{limits.runs}")
     if "min_s" in stats and stats["min_s"] > stats["median_s"]:
         raise InvalidProblemError(f"{where}.min_s", stats["min_s"], "the fastest run cannot "
                                   "be slower than the median")
-    return dict(stats)
+    return {**stats, "runs": runs}
 
 
 def _algorithm(field: str, value: Any) -> str:
