@@ -337,6 +337,16 @@ def _upload(entries: Mapping[str, Any] | Sequence[Any], client: str | None,
         "headers": {"X-Convsel-Client": client} if client else {}})
 
 
+def _fit(backend: str | None, device: str | None, families: Sequence[str] | None,
+         max_entries: int | None) -> _Call[dict[str, Any]]:
+    return _json_call("/v1/fit", {"backend": backend, "device": device,
+                                  "families": None if families is None else list(families),
+                                  "max_entries": max_entries}, dict)
+
+
+_UNFINISHED = ("queued", "running")
+
+
 @dataclass(frozen=True)
 class _Retry:
     """Send the request again after ``seconds``."""
@@ -486,6 +496,20 @@ class Client(_Base):
         """``GET /v1/devices``: the device classes the server knows, with what it holds."""
         return self._send(_get("/v1/devices"))
 
+    def fit(self, *, backend: str | None = None, device: str | None = None,
+            families: Sequence[str] | None = None, max_entries: int | None = None,
+            wait_s: float = 600.0, poll_s: float = 0.5) -> dict[str, Any]:
+        """``POST /v1/fit``: fit the server's cost model in a worker process there, then poll
+        the job for up to ``wait_s`` (0: not at all). Returns the job as last seen: its
+        ``status`` (``done``, ``failed``, or still ``queued``/``running`` when the wait ran
+        out) and, when done, the model's identity and whether it is in use."""
+        started = self._send(_fit(backend, device, families, max_entries))
+        job, deadline = started["job"], time.monotonic() + wait_s
+        while job["status"] in _UNFINISHED and time.monotonic() < deadline:
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+            job = self._send(_get(started["poll"]))
+        return dict(job)
+
 
 class AsyncClient(_Base):
     """:class:`Client`'s calls on ``httpx.AsyncClient``: the same arguments, answers and
@@ -580,6 +604,17 @@ class AsyncClient(_Base):
     async def devices(self) -> dict[str, Any]:
         """See :meth:`Client.devices`."""
         return await self._send(_get("/v1/devices"))
+
+    async def fit(self, *, backend: str | None = None, device: str | None = None,
+                  families: Sequence[str] | None = None, max_entries: int | None = None,
+                  wait_s: float = 600.0, poll_s: float = 0.5) -> dict[str, Any]:
+        """See :meth:`Client.fit`."""
+        started = await self._send(_fit(backend, device, families, max_entries))
+        job, deadline = started["job"], time.monotonic() + wait_s
+        while job["status"] in _UNFINISHED and time.monotonic() < deadline:
+            await asyncio.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+            job = await self._send(_get(started["poll"]))
+        return dict(job)
 
 
 def _auth_headers(token: str | None) -> dict[str, str]:

@@ -34,7 +34,7 @@ from convsel import (
     resolve_target,
 )
 
-from . import errors, openapi
+from . import errors, fit_jobs, openapi
 from .admission import AdmissionMiddleware
 from .config import Settings
 from .limits import DEFAULT_RULE, BodyLimitMiddleware, BodyRule
@@ -142,7 +142,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         yield rules_of(s)
     finally:
         state.pool.shutdown()
-        fleet.shutdown()   # no fit worker outlives its server
+        fit_jobs.shutdown()   # no fit worker outlives its server
 
 
 def _probe_backends() -> dict[str, Any]:

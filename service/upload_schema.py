@@ -18,9 +18,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from convsel import algorithms, backends
-from convsel.tuning.fleet import LIMITS
+from convsel.tuning import Limits
 
 from .schemas import ProblemIn
+
+LIMITS = Limits()   # the library's defaults; the entry count is the server's (its setting)
 
 _CONTROL = r"\x00-\x1f\x7f-\x9f"          # never printable
 _PRINTABLE = rf"^[^{_CONTROL}]*$"

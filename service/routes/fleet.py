@@ -16,10 +16,6 @@ for the measured and predicted policies (the library resolves it).
 
 from __future__ import annotations
 
-import hashlib
-import multiprocessing
-import queue
-import threading
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -38,15 +34,13 @@ from convsel.tuning import (
     get_fit_job,
     open_db,
     receive,
-    run_fit_job,
-    stop_fit_job,
     stored_class,
-    submit_fit_job,
 )
 
 from ..auth import TOKEN
 from ..convert import json_body, validate_body
-from ..errors import BusyError, ConflictError, TooLargeError, error_body, responses
+from ..errors import ConflictError, TooLargeError, error_body, responses
+from ..fit_jobs import FitJobOut, FitJobStarted, requester, start_job
 from ..limits import BodyRule
 from ..schemas import MAX_NAME, Backend, ErrorBody
 from ..state import ServiceState, StateDep, state_of
@@ -54,8 +48,6 @@ from ..upload_schema import EntryIn
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
 BODIES = {"/v1/tuning/entries": BodyRule("max_upload_body_bytes")}
-CLIENT_HEADER = "x-convsel-client"
-MAX_QUEUED_FITS = 4
 MAX_SHOWN_ERRORS = 20
 
 
@@ -122,33 +114,10 @@ class DevicesOut(BaseModel):
     store: dict[str, Any]
 
 
-class FitJobOut(BaseModel):
-    id: str
-    status: Literal["queued", "running", "done", "failed", "lost"]
-    backend: str
-    device: dict[str, str]
-    requester: str
-    submitted: float
-    finished: float | None
-    result: dict[str, Any] | None
-
-
-class FitJobStarted(BaseModel):
-    job: FitJobOut
-    poll: str
-
-
 OPENAPI_MODELS = (UploadIn, FitJobIn)
 NOT_FOUND = {404: {"model": ErrorBody, "description": "no fit job of that id in the store"}}
 NO_CLASS = {409: {"model": ErrorBody, "description": "the store has no such device class "
                   "(upload its timings first)"}}
-
-
-class FitQueueFullError(BusyError):
-    def __init__(self, queued: int, retry_after: int) -> None:
-        self.retry_after = retry_after
-        Exception.__init__(self, f"{queued} fits are running or queued on this server, the "
-                                 f"most it accepts; retry after {retry_after} s")
 
 
 @lru_cache(maxsize=8)
@@ -178,7 +147,7 @@ async def upload_entries(request: Request, partial: bool = False) -> Any:
             raise TooLargeError("entries", errors[0]["ctx"]["actual_length"], limit,
                                 "entries per upload") from None
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
-    uploader = _uploader(request, state)
+    uploader = requester(request, state)
     document = body.model_dump(exclude_none=True)
     try:
         report = await anyio.to_thread.run_sync(_receive, state, document, uploader, partial)
@@ -207,23 +176,6 @@ def _refused_body(exc: UploadRefused) -> dict[str, Any]:
                                ("stored", "count", "accepted", "merged", "flagged", "rejected")}}
 
 
-def _uploader(request: Request, state: ServiceState) -> str:
-    """Who sent it: the token's id (never the token) and the client's own name, if given."""
-    parts = []
-    token = state.settings.api_token
-    if token is not None:
-        parts.append("token:" + hashlib.sha256(
-            token.get_secret_value().encode()).hexdigest()[:8])
-    name = request.headers.get(CLIENT_HEADER, "").strip()
-    if name:
-        printable = "".join(ch if ch.isprintable() else "?" for ch in name)
-        parts.append("client:" + printable[:64])
-    if not parts:
-        host = request.client.host if request.client else "unknown"
-        parts.append(f"anonymous ({host})")
-    return " ".join(parts)
-
-
 @router.get("/devices", response_model=DevicesOut, responses=responses(503))
 async def devices(state: StateDep) -> dict[str, Any]:
     """The device classes this server knows: its store's (``layer: user``: entries of this
@@ -243,86 +195,6 @@ def _devices(state: ServiceState) -> dict[str, Any]:
     return dict(state.public({"devices": found, "count": len(found), "store": store}))
 
 
-# -- fit jobs ----------------------------------------------------------------------------------
-class FitRunner:
-    """Runs fit jobs one at a time, each in a fresh worker process (spawned, not forked from a
-    server holding threads and sockets), at most ``MAX_QUEUED_FITS`` waiting. On shutdown the
-    running worker is stopped and every unfinished job of this server is marked failed."""
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str | None, str, list[str] | None]] = queue.Queue(
-            MAX_QUEUED_FITS)
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._running: tuple[str | None, str, Any] | None = None
-        self._stopping = False
-
-    def submit(self, target: str | None, job_id: str, families: list[str] | None) -> None:
-        """Queue the job; raises queue.Full when ``MAX_QUEUED_FITS`` wait already."""
-        with self._lock:
-            self._queue.put_nowait((target, job_id, families))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="convsel-fit-jobs",
-                                                daemon=True)
-                self._thread.start()
-
-    @property
-    def waiting(self) -> int:
-        return self._queue.qsize()
-
-    def _work(self) -> None:
-        spawn = multiprocessing.get_context("spawn")
-        while not self._stopping:
-            try:
-                target, job_id, families = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if self._stopping:
-                self._queue.put_nowait((target, job_id, families))   # shutdown marks it
-                break
-            process = spawn.Process(target=run_fit_job, args=(target, job_id, families),
-                                    name=f"convsel-fit-{job_id}", daemon=True)
-            with self._lock:
-                self._running = (target, job_id, process)
-            process.start()
-            process.join()
-            with self._lock:
-                self._running = None
-
-    def shutdown(self) -> None:
-        """Stop the running worker and mark what did not finish as failed."""
-        self._stopping = True
-        with self._lock:
-            running, self._running = self._running, None
-        left = [running[:2]] if running else []
-        if running:
-            running[2].terminate()
-            running[2].join(5)
-        while True:
-            try:
-                target, job_id, _ = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            left.append((target, job_id))
-        for target, job_id in left:
-            try:
-                stop_fit_job(open_db(target), job_id, "the server stopped before the fit "
-                             "finished; submit it again")
-            except TuningDatabaseError:
-                pass   # the store is gone too: its jobs with it
-
-
-RUNNER = FitRunner()
-
-
-def shutdown() -> None:
-    """The app's shutdown (service.app's lifespan): no fit worker outlives its server (an app
-    created after it in the same process gets a runner of its own)."""
-    global RUNNER
-    stopping, RUNNER = RUNNER, FitRunner()
-    stopping.shutdown()
-
-
 @router.post("/fit/jobs", status_code=202, dependencies=[TOKEN], response_model=FitJobStarted,
              responses={**responses(401, 413, 415, 422, 503), **NO_CLASS},
              openapi_extra=json_body("FitJobIn"))
@@ -333,34 +205,19 @@ async def start_fit(request: Request) -> JSONResponse:
     was accepted. Needs the API token when the server has one."""
     state = state_of(request)
     body = validate_body(FitJobIn, await request.body(), json=True)
-    if RUNNER.waiting >= MAX_QUEUED_FITS:
-        raise FitQueueFullError(RUNNER.waiting, state.settings.retry_after_seconds)
-    job = await anyio.to_thread.run_sync(_submit, state, body, _uploader(request, state))
-    try:
-        RUNNER.submit(state.settings.tuning_db, job["id"], body.families)
-    except queue.Full:
-        await anyio.to_thread.run_sync(_stop, state, job["id"], "the server's queue of fits "
-                                       "was full")
-        raise FitQueueFullError(RUNNER.waiting, state.settings.retry_after_seconds) from None
-    location = f"/v1/fit/jobs/{job['id']}"
-    return JSONResponse({"job": state.public(job), "poll": location}, status_code=202,
-                        headers={"Location": location})
-
-
-def _stop(state: ServiceState, job_id: str, why: str) -> None:
-    stop_fit_job(open_db(state.settings.tuning_db), job_id, why)
-
-
-def _submit(state: ServiceState, body: FitJobIn, requester: str) -> dict[str, Any]:
     backend = arguments.backend(body.backend)
-    db = open_db(state.settings.tuning_db)
-    ident = stored_class(db, backend, body.device)
+    ident = await anyio.to_thread.run_sync(_stored_class, state, backend, body.device)
+    return await start_job(request, backend, ident, families=body.families)
+
+
+def _stored_class(state: ServiceState, backend: str, device: str) -> dict[str, str]:
+    ident = stored_class(open_db(state.settings.tuning_db), backend, device)
     if ident is None:
         # The store's state, not the request: the same body is served once timings are in.
         rule = (f"no device class of that name on {backend} in this server's store (GET "
                 "/v1/devices lists them; upload its timings first)")
-        raise ConflictError("device", body.device, rule, f"device={body.device!r}: {rule}")
-    return submit_fit_job(db, backend, ident, requester)
+        raise ConflictError("device", device, rule, f"device={device!r}: {rule}")
+    return dict(ident)
 
 
 @router.get("/fit/jobs/{job_id}", response_model=FitJobOut,

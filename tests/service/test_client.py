@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from learn_support import entry_for, overhead_seconds, training_problems
 from service_support import convsel_command, free_port, wait_ready
 
 import convsel
@@ -19,16 +20,21 @@ from convsel.client import AsyncClient, BusyError, Client, TooLargeError, Unauth
 from convsel.errors import InvalidProblemError, UnknownTargetError, UnsupportedError
 from convsel.finder import FindResult
 from convsel.selection import Selection
+from convsel.tuning import TuningDB, device_identity
 
 TOKEN = "client-test-token"
 P = ConvProblem(1, 12, 12, 8, 16, 3, 3, pad=1)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server_db(tmp_path_factory):
+    return tmp_path_factory.mktemp("client") / "tuning.sqlite"
+
+
+@pytest.fixture(scope="module")
+def server(server_db):
     port = free_port()
-    where = tmp_path_factory.mktemp("client")
-    db = where / "tuning.sqlite"
+    where, db = server_db.parent, server_db
     env = {**os.environ, "CONVSEL_API_TOKEN": TOKEN, "CONVSEL_TUNING_DB": str(db),
            "CONVSEL_MAX_TENSOR_ELEMENTS": str(300_000)}
     # the server's output goes to a file: a pipe nobody reads fills up (one log line per
@@ -121,6 +127,18 @@ def test_find_and_tune(client):
     assert tuned["cached"] is True                    # find stored it
     assert isinstance(tuned["selection"], Selection)
     assert tuned["selection"].source == "tuning-db"
+
+
+def test_fit_runs_in_a_worker_on_the_server_and_is_polled(client, server, server_db):
+    # timings of the server's own device (this machine's numpy) the roofline family can learn
+    TuningDB(server_db).record_many([entry_for(p, device_identity("numpy"), overhead_seconds)
+                                     for p in training_problems()])
+    job = client.fit(families=["roofline"], wait_s=120, poll_s=0.2)
+    assert job["status"] == "done", job
+    assert job["result"]["family"] == "roofline" and job["result"]["in_use"], job
+    assert job["requester"].startswith("token:")
+    with Client(server) as anonymous, pytest.raises(UnauthorizedError):
+        anonymous.fit(wait_s=0)
 
 
 def test_errors_are_the_librarys_exceptions(client, server):

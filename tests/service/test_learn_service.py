@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("fastapi")
@@ -30,15 +32,29 @@ def db_path(tmp_path, monkeypatch):
     stored_mod._cache.clear()
 
 
+def finished(client, started, timeout_s=120.0):
+    """Poll the fit job a 202 started until it ends; returns the job."""
+    assert started.status_code == 202, started.text
+    poll = started.headers["location"]
+    assert started.json()["poll"] == poll and started.json()["job"]["status"] == "queued"
+    deadline = time.monotonic() + timeout_s
+    while (job := client.get(poll).json())["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    return job
+
+
 def test_fit_then_predicted_selection_and_readiness(db_path):
     with client_for(tuning_db=db_path) as client:
         before = client.get("/v1/fit").json()
         assert before["model"] is None and "convsel fit" in before["reason"]
-        fitted = client.post("/v1/fit", json={"families": ["roofline"]})
-        assert fitted.status_code == 200, fitted.text
-        body = fitted.json()
+        started = client.post("/v1/fit", json={"families": ["roofline"]})
+        job = finished(client, started)
+        assert job["status"] == "done" and job["backend"] == "numpy", job
+        body = job["result"]
         assert body["family"] == "roofline" and body["training_problems"] == len(
             training_problems())
+        assert body["in_use"] and body["accepted"], body
         identity = client.get("/v1/fit").json()["model"]
         assert identity["id"] == body["id"]
         ready = client.get("/readyz").json()
@@ -64,7 +80,8 @@ def test_fit_needs_the_token_when_one_is_set(db_path, monkeypatch):
         assert wrong.status_code == 401
         ok = client.post("/v1/fit", json={"families": ["roofline"]},
                          headers={"Authorization": "Bearer s3cret"})
-        assert ok.status_code == 200, ok.text
+        assert ok.status_code == 202, ok.text
+        assert ok.json()["job"]["requester"].startswith("token:")
 
 
 def test_fit_reports_too_little_data(tmp_path, monkeypatch):
@@ -77,3 +94,18 @@ def test_fit_reports_too_little_data(tmp_path, monkeypatch):
     assert answer.status_code == 409 and answer.json()["code"] == "conflict", answer.text
     assert answer.json()["field"] == "entries" and answer.json()["value"] == 0
     assert "convsel tune --sample" in answer.text
+
+
+def test_a_fit_never_runs_in_the_request(db_path):
+    """POST /v1/fit answers before the fit has started (the job is queued for a worker
+    process), the server answers meanwhile, and the job's options reach the worker."""
+    with client_for(tuning_db=db_path) as client:
+        accepted = client.post("/v1/fit", json={"families": ["roofline"], "max_entries": 8})
+        assert accepted.status_code == 202 and accepted.json()["job"]["status"] == "queued"
+        assert client.get("/healthz").status_code == 200
+        problem = {k: v for k, v in UNSEEN_WIDE.to_dict().items() if v is not None}
+        assert client.post("/v1/select", json={"problem": problem}).status_code == 200
+        done = finished(client, accepted)
+        assert done["id"] == accepted.json()["job"]["id"] and done["status"] == "done", done
+        # max_entries reached the worker: the model saw the 8 newest entries only
+        assert done["result"]["training_problems"] == 8, done["result"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...errors import InvalidProblemError
 from ..db import TuningDB, open_db
-from ..entry import DEVICE_FIELDS
+from ..entry import DEVICE_FIELDS, TuningEntry, problem_key
 
 STATUSES = ("queued", "running", "done", "failed")
 # A job still running this long after it was submitted lost its worker (a killed replica).
@@ -28,8 +28,24 @@ _COLUMNS = ("id", "backend", "vendor", "device", "driver", "requester", "status"
             "finished", "result")
 
 
-def submit(db: TuningDB, backend: str, ident: Mapping[str, str], requester: str) -> dict[str, Any]:
-    """Record a queued fit of ``backend`` on the device ``ident``; returns the job."""
+def submit(db: TuningDB, backend: str, ident: Mapping[str, str], requester: str, *,
+           newest: int | None = None) -> dict[str, Any]:
+    """Record a queued fit of ``backend`` on the device ``ident``; returns the job.
+
+    Raises
+    ------
+    InvalidProblemError
+        (field ``entries``) The store holds timings of too few problems of that device to
+        fit (counted among the ``newest`` entries, when given): no job is recorded.
+    """
+    from ...learn.fit import MIN_PROBLEMS  # the learners stay out of the server's process
+
+    problems = len({problem_key(e.problem) for e in _current(db, backend, ident, newest)})
+    if problems < MIN_PROBLEMS:
+        raise InvalidProblemError(
+            "entries", problems, f"a model needs timings of at least {MIN_PROBLEMS} problems "
+            f"on this backend and device; the store has {problems}: run `convsel tune --sample "
+            "200` or upload timings first")
     job_id = uuid.uuid4().hex[:16]
     row = (job_id, backend, *(str(ident[k]) for k in DEVICE_FIELDS), requester, "queued",
            time.time(), None, None)
@@ -39,6 +55,13 @@ def submit(db: TuningDB, backend: str, ident: Mapping[str, str], requester: str)
     found = get(db, job_id)
     assert found is not None
     return found
+
+
+def _current(db: TuningDB, backend: str, ident: Mapping[str, str],
+             newest: int | None) -> list[TuningEntry]:
+    """The entries of this convsel on the device, the ``newest`` of them when given."""
+    entries = [e for e in db.entries(backend=backend, device=ident) if e.is_current]
+    return entries if newest is None else entries[-newest:]
 
 
 def get(db: TuningDB, job_id: str) -> dict[str, Any] | None:
@@ -86,7 +109,8 @@ def stop(db: TuningDB, job_id: str, why: str) -> None:
                    (time.time(), json.dumps({"error": why}), job_id))
 
 
-def run(target: str | None, job_id: str, families: Sequence[str] | None = None) -> str:
+def run(target: str | None, job_id: str, families: Sequence[str] | None = None,
+        newest: int | None = None) -> str:
     """Run the job ``job_id`` of the store at ``target`` (path or URL): the worker process's
     entry point. Returns the job's final status; the outcome is in the store."""
     db = open_db(target)
@@ -95,7 +119,8 @@ def run(target: str | None, job_id: str, families: Sequence[str] | None = None) 
         return "failed"
     _finish(db, job_id, "running", None)
     try:
-        result = fit_class(db, job["backend"], job["device"], families=families)
+        result = fit_class(db, job["backend"], job["device"], families=families,
+                           newest=newest)
     except (InvalidProblemError, ValueError, ArithmeticError) as exc:
         _finish(db, job_id, "failed", {"error": str(exc)[:2000]})
         return "failed"
@@ -107,15 +132,15 @@ def run(target: str | None, job_id: str, families: Sequence[str] | None = None) 
 
 
 def fit_class(db: TuningDB, backend: str, ident: Mapping[str, str], *,
-              families: Sequence[str] | None = None) -> dict[str, Any]:
-    """Fit the model of ``backend`` on ``ident`` from ``db``'s entries of this convsel and
-    store it, unless it was rejected while the stored one was accepted; returns what was
-    fitted, whether it is in use, and why."""
+              families: Sequence[str] | None = None,
+              newest: int | None = None) -> dict[str, Any]:
+    """Fit the model of ``backend`` on ``ident`` from ``db``'s entries of this convsel (the
+    ``newest`` of them, when given) and store it, unless it was rejected while the stored one
+    was accepted; returns what was fitted, whether it is in use, and why."""
     from ...learn.fit import fit  # scipy and the learners load in the worker only
     from ...learn.stored import model_key
 
-    entries = [e for e in db.entries(backend=backend, device=ident) if e.is_current]
-    result = fit(entries, families=families, device=ident)
+    result = fit(_current(db, backend, ident, newest), families=families, device=ident)
     key = model_key(backend, ident)
     previous = db.load_model(key)
     accepted = result.meta.get("accepted") is not False
