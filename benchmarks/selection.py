@@ -3,8 +3,10 @@ choose() per policy ("acl", "measured", "predicted"), for a new problem (first t
 process sees it) and a repeated one.
 
     python benchmarks/selection.py [--out results/select.json] [--passes 7]
+        [--db postgresql://user:password@host:port/dbname] [--targets cpu,G77 | --targets ""]
 
-The measured and predicted policies read a temporary SQLite tuning database holding
+The measured and predicted policies read a temporary SQLite tuning database (with ``--db``: a
+scratch database created on that PostgreSQL server, and dropped after) holding
 synthetic timings of half the nets' layers and a model fitted on them (gbt where LightGBM is
 installed, else roofline): the measured policy answers from an entry for those layers and
 from the model (or the rules) for the others, as it does for a user. A "new" problem is one
@@ -22,6 +24,8 @@ import math
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +43,7 @@ def synthetic_seconds(p: ConvProblem, algorithm: str, params: dict[str, Any]) ->
     return (p.flops / 2e10 + 2e-5) * speed.get(algorithm, 2.0)
 
 
-def tuning_db(path: Path, problems: list[ConvProblem]) -> None:
+def tuning_db(path: str | Path, problems: list[ConvProblem]) -> None:
     """Entries for every other problem, and a model fitted on them."""
     from convsel.learn.fit import fit
     from convsel.learn.models import available_families
@@ -79,6 +83,32 @@ def us_per_call(problems: list[ConvProblem], ask: Any, passes: int, *, fresh: bo
     return best
 
 
+@contextmanager
+def scratch_store(server: str | None) -> Iterator[str | Path]:
+    """A temporary SQLite file, or (``server``, a PostgreSQL URL) a scratch database on that
+    server: the benchmark's synthetic entries never land in a store someone uses."""
+    if server is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield Path(tmp) / "tuning.sqlite"
+        return
+    import uuid
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    from convsel.tuning.db import close_open
+
+    name = f"convsel_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(server)._replace(path=f"/{name}").geturl()
+    finally:
+        close_open()
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def forget() -> None:
     """Clear the per-problem answers (not the loaded model or the device identity)."""
     acl_selection.cache_clear()
@@ -94,6 +124,9 @@ def main() -> None:
     parser.add_argument("--targets", default="cpu,G77")
     parser.add_argument("--passes", type=int, default=7)
     parser.add_argument("--out", type=Path, default=ROOT / "results/select.json")
+    parser.add_argument("--db", default=None, metavar="URL",
+                        help="a postgresql:// server to hold the tuning store (a scratch "
+                             "database on it) instead of a temporary SQLite file")
     args = parser.parse_args()
     layers, _ = load_layers()
     problems = [x.problem for x in distinct(layers)]
@@ -101,14 +134,13 @@ def main() -> None:
     print(f"{len(problems)} distinct layers of the packaged nets; µs per call, best of "
           f"{args.passes} passes")
     print(f"{'call':<34} {'new problem':>12} {'repeated':>10}")
-    for target in args.targets.split(","):
+    for target in filter(None, args.targets.split(",")):
         select(problems[0], target)
         new = us_per_call(problems, lambda p, t=target: select(p, t), args.passes, fresh=True)
         again = us_per_call(problems, lambda p, t=target: select(p, t), args.passes,
                             fresh=False)
         rows.append({"call": f"select(target={target})", "new_us": new, "repeated_us": again})
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "tuning.sqlite"
+    with scratch_store(args.db) as db:
         tuning_db(db, problems)
         for policy in ("acl", "measured", "predicted"):
             options = {} if policy == "acl" else {"db": db}
@@ -126,8 +158,9 @@ def main() -> None:
     for row in rows:
         print(f"{row['call']:<34} {row['new_us']:>12.1f} {row['repeated_us']:>10.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    store = "sqlite" if args.db is None else "postgresql"
     args.out.write_text(json.dumps({"problems": len(problems), "passes": args.passes,
-                                    "rows": rows}, indent=2) + "\n")
+                                    "store": store, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 
