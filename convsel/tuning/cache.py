@@ -8,10 +8,17 @@ store, and reads again only when the token moved:
 - SQLite: the file's and its write-ahead log's size and modification time, and the WAL index
   header (its change counter moves with every committed transaction, whoever wrote it), for
   a few microseconds of ``stat`` and ``pread``;
-- PostgreSQL, whose changes a process cannot see without asking the server: one small query
-  (how many entries and models, and the newest of each), so another replica's write is seen
-  at the next call, for a round trip per call (a fraction of a millisecond on a local
-  server) instead of the whole read.
+- PostgreSQL: the store's change notices (:mod:`convsel.tuning.store.notify`). Every write
+  transaction sends ``NOTIFY`` as it commits, and one listener thread per process and store
+  counts them: the token is that count, an attribute read. This process's own writes move it
+  at once; another replica's move it when its notice arrives, within milliseconds of the
+  commit on a healthy link (not at the very next call, as asking the server would).
+  Whenever the listener cannot vouch for the count (starting, the server restarting, its
+  connection lost or silent for seconds), the token is one small query instead (how many
+  entries and models, and the newest of each), so another replica's write is seen at the
+  next call for a round trip per call; a new listener connection moves the count, since
+  notices sent while none listened are lost. So staleness is never silent: at worst a
+  notice's flight, or a few seconds after a network cut goes unnoticed by the kernel.
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ _lock = threading.Lock()
 def token(db: TuningDB) -> Hashable:
     """A value that changes whenever ``db`` may have changed (see the module docstring)."""
     if db.engine != "sqlite":
-        return tuple(db.rows(_SERVER_TOKEN)[0])
+        told = db.change_token()
+        if told is not None:
+            return told
+        return ("asked", *db.rows(_SERVER_TOKEN)[0])
     path = str(db.path)
     parts: list[Any] = []
     for suffix in ("", "-wal"):

@@ -19,10 +19,10 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
@@ -44,6 +44,9 @@ from .store.schema import (
     upsert,
 )
 from .store.sqlite import SQLiteEngine
+
+if TYPE_CHECKING:
+    from .store.postgres import PostgresEngine
 
 __all__ = ["APPLICATION", "ENTRY_UPSERT", "EXPORT_FORMAT", "ENV_VAR", "MODEL_KEY_FIELDS",
            "SCHEMA_VERSION", "TuningDB", "TuningEntry", "close_open", "default_path",
@@ -112,10 +115,11 @@ class TuningDB:
         timeout = timeout or _configured_timeout()
         self.timeout = timeout
         self._store: Engine
+        self._postgres: PostgresEngine | None = None
         if is_url(target):
             from .store.postgres import PostgresEngine
 
-            self._store = PostgresEngine(str(target).strip(), timeout=timeout)
+            self._store = self._postgres = PostgresEngine(str(target).strip(), timeout=timeout)
             self.path: Path | str = self._store.location
         else:
             _refuse_mangled_url(target)
@@ -148,6 +152,12 @@ class TuningDB:
     def close(self) -> None:
         """Close the PostgreSQL connection pool (nothing to do for SQLite)."""
         self._store.close()
+
+    def change_token(self) -> Hashable | None:
+        """A value that moves with every committed write to a PostgreSQL store, known without
+        a query (its change notices, :mod:`convsel.tuning.store.notify`); None where there is
+        none to trust (SQLite, or no listener connected just now): ask the store instead."""
+        return None if self._postgres is None else self._postgres.change_token()
 
     def _require_writable(self, what: str) -> None:
         self._store.refresh()   # a volume remounted read-write again, a disk with room again

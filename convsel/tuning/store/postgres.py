@@ -12,14 +12,15 @@ and error messages are scrubbed of it.
 from __future__ import annotations
 
 import math
+import os
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from ..._version import __version__
 from ...errors import TuningDatabaseError
-from . import schema
+from . import notify, schema
 from .schema import ENV_VAR
 
 # pg_advisory_xact_lock key: "convsel" in ASCII, so it cannot collide with a small integer
@@ -81,6 +82,7 @@ class PostgresEngine:
             reconnect_timeout=timeout, open=True,
             check=pool_module.ConnectionPool.check_connection, name="convsel-tuning")
         self._finalizer = weakref.finalize(self, self._pool.close)
+        self._listener: notify.Listener | None = None
 
     # -- opening ------------------------------------------------------------------------------
     def _initialise(self, con: Any) -> None:
@@ -171,15 +173,32 @@ class PostgresEngine:
 
     @contextmanager
     def transaction(self) -> Iterator[_Transaction]:
+        """One write transaction; it tells every listener (:mod:`.notify`) when it commits."""
         with self._connection() as con:
             tx = con.transaction()
             tx.__enter__()
             try:
                 yield _Transaction(con)
+                con.execute(notify.NOTIFY)     # delivered at the commit, dropped on rollback
             except BaseException as exc:
                 tx.__exit__(type(exc), exc, exc.__traceback__)
                 raise
-            _commit(tx)
+            try:
+                _commit(tx)
+            finally:
+                # Also when the commit's outcome is unknown: a needless re-read costs little.
+                notify.wrote(self._url)
+
+    def change_token(self) -> Hashable | None:
+        """A value that moves with every committed write to this store, known without asking
+        the server; None while this process's listener cannot vouch for it (ask instead)."""
+        found = self._listener
+        if found is None or found.pid != os.getpid() or found.stopped:
+            found = self._listener = notify.listener(self, self._url, self._psycopg.connect,
+                                                     self._kwargs)
+            if found is None:
+                return None
+        return found.token()
 
     def refresh(self) -> None:
         """Nothing to look at again: the server says per statement what may be written."""
@@ -188,6 +207,8 @@ class PostgresEngine:
         """The server keeps its own pages consistent (checksums, WAL replay)."""
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.release(self)
         self._finalizer()
 
 
