@@ -18,7 +18,8 @@ store, and reads again only when the token moved:
   entries and models, and the newest of each), so another replica's write is seen at the
   next call for a round trip per call; a new listener connection moves the count, since
   notices sent while none listened are lost. So staleness is never silent: at worst a
-  notice's flight, or a few seconds after a network cut goes unnoticed by the kernel.
+  notice's flight (a fraction of a millisecond on a local server), or, after a network cut
+  nobody noticed, the 3 s for which a heartbeat-proven connection is trusted.
 """
 
 from __future__ import annotations
