@@ -213,3 +213,16 @@ def test_the_listener_stops_when_no_store_uses_it(postgres_url):
     db.close()
     assert eventually(lambda: heard.stopped, CONNECT_S)
     assert eventually(lambda: not heard._thread.is_alive(), CONNECT_S)
+
+
+def test_the_listener_does_not_keep_a_process_alive(postgres_url):
+    code = ("import sys, time\nfrom convsel.tuning.db import TuningDB\n"
+            "db = TuningDB(sys.argv[1])\ndeadline = time.monotonic() + 10\n"
+            "while db.change_token() is None and time.monotonic() < deadline:\n"
+            "    time.sleep(0.01)\n"
+            "print(db.change_token() is not None)\n")   # then returns, db still open
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code, postgres_url], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
