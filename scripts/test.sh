@@ -37,10 +37,32 @@ fi
 if [ -n "${CI:-}" ]; then export CONVSEL_REQUIRE_POSTGRES=1; fi
 # -- end PostgreSQL ---------------------------------------------------------------------------
 
-.venv/bin/python -m pytest "$@"
-rc=$?
-if [ "$rc" -eq 5 ]; then
-  echo "scripts/test.sh: pytest collected no tests; that is a failure, not a pass" >&2
-  exit 1
+# -- the suite ----------------------------------------------------------------------------------
+# Whole suite (no test paths given): in two parts. The correctness suites of the algorithms
+# and backends judge results against float64, never time, and on a fresh machine are mostly
+# the OpenCL driver compiling a kernel per geometry (3-4 min of one core), so they run on
+# every core (pytest-xdist). The rest runs one test at a time: several tests judge timings or
+# the host's contention, which a second worker on the other core would disturb.
+PARALLEL=(tests/algorithms tests/backends)
+pytest_run() {
+  .venv/bin/python -m pytest "$@"
+  local rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "scripts/test.sh: pytest collected no tests; that is a failure, not a pass" >&2
+    return 1
+  fi
+  return "$rc"
+}
+given_paths=0
+for arg in "$@"; do
+  case "$arg" in -*) ;; *) given_paths=1 ;; esac
+done
+if [ "$given_paths" -eq 1 ]; then
+  pytest_run "$@"
+  exit $?
 fi
-exit "$rc"
+pytest_run -n auto "${PARALLEL[@]}" "$@"
+first=$?
+pytest_run "${PARALLEL[@]/#/--ignore=}" "$@"
+second=$?
+[ "$first" -eq 0 ] && [ "$second" -eq 0 ]
