@@ -38,12 +38,17 @@ if [ -n "${CI:-}" ]; then export CONVSEL_REQUIRE_POSTGRES=1; fi
 # -- end PostgreSQL ---------------------------------------------------------------------------
 
 # -- the suite ----------------------------------------------------------------------------------
-# Whole suite (no test paths given): in two parts. The correctness suites of the algorithms
-# and backends judge results against float64, never time, and on a fresh machine are mostly
-# the OpenCL driver compiling a kernel per geometry (3-4 min of one core), so they run on
-# every core (pytest-xdist). The rest runs one test at a time: several tests judge timings or
-# the host's contention, which a second worker on the other core would disturb.
-PARALLEL=(tests/algorithms tests/backends)
+# Whole suite (no test paths given): in two parts. The tests that never judge a timing (the
+# algorithms' and backends' correctness against float64, ACL's rules, ONNX planning and the
+# cost models on planted timings, the argument checks) run on every core (pytest-xdist): on a
+# fresh machine they are mostly the OpenCL driver compiling a kernel per geometry (3-4 min of
+# one core). The rest runs one test at a time: tuning, the service and the CLI time real
+# kernels or judge the host's contention, which a second worker on the other core would
+# disturb.
+PARALLEL=(tests/algorithms tests/backends tests/acl tests/onnx tests/learn
+          tests/test_architecture.py tests/test_config.py tests/test_foreign_arrays.py
+          tests/test_front_door.py tests/test_problem.py tests/test_public_api.py
+          tests/test_target_names.py)
 pytest_run() {
   .venv/bin/python -m pytest "$@"
   local rc=$?
