@@ -176,7 +176,7 @@ async def start_job(request: Request, backend: str, ident: Mapping[str, str], *,
 def _submit(state: ServiceState, backend: str, ident: Mapping[str, str],
             who: str) -> dict[str, Any]:
     try:
-        return submit_fit_job(open_db(state.settings.tuning_db), backend, ident, who)
+        return submit_fit_job(state.store(), backend, ident, who)
     except InvalidProblemError as exc:
         if exc.field != "entries":
             raise
@@ -186,4 +186,4 @@ def _submit(state: ServiceState, backend: str, ident: Mapping[str, str],
 
 
 def _stop(state: ServiceState, job_id: str, why: str) -> None:
-    stop_fit_job(open_db(state.settings.tuning_db), job_id, why)
+    stop_fit_job(state.store(), job_id, why)

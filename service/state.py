@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import anyio
 from fastapi import Depends, FastAPI, Request
 
-from convsel import Rules
+from convsel import Rules, TuningDatabaseError
 from convsel.rules import default_rules_path
-from convsel.tuning import default_target, is_url
+from convsel.tuning import TuningDB, default_target, is_url, open_db
 from convsel.verdict import Verdict
 
 from .config import Settings
@@ -80,6 +80,14 @@ class ServiceState:
         if isinstance(value, list):
             return [self.public(v) for v in value]
         return value
+
+    def store(self, *, create: bool = True) -> TuningDB:
+        """This server's tuning store, opened; a store that cannot be opened raises
+        :class:`TuningDatabaseError` (503) with its location shown as :meth:`public` allows."""
+        try:
+            return open_db(self.settings.tuning_db, create=create)
+        except TuningDatabaseError as exc:
+            raise TuningDatabaseError(self.public(str(exc))) from None
 
     def hide_database(self, value: Any) -> Any:
         """``value`` (a JSON-ready tree) with the tuning database's location replaced by

@@ -158,7 +158,7 @@ async def upload_entries(request: Request, partial: bool = False) -> Any:
 
 def _receive(state: ServiceState, document: dict[str, Any], uploader: str,
              partial: bool) -> dict[str, Any]:
-    db = open_db(state.settings.tuning_db)
+    db = state.store()
     report = receive(db, document, uploader=uploader, partial=partial,
                      limits=Limits(entries=state.settings.max_upload_entries))
     return dict(state.public(report.to_dict()))
@@ -211,7 +211,7 @@ async def start_fit(request: Request) -> JSONResponse:
 
 
 def _stored_class(state: ServiceState, backend: str, device: str) -> dict[str, str]:
-    ident = stored_class(open_db(state.settings.tuning_db), backend, device)
+    ident = stored_class(state.store(), backend, device)
     if ident is None:
         # The store's state, not the request: the same body is served once timings are in.
         rule = (f"no device class of that name on {backend} in this server's store (GET "
@@ -234,4 +234,4 @@ async def fit_job(job_id: str, state: StateDep) -> Any:
 
 
 def _job(state: ServiceState, job_id: str) -> dict[str, Any] | None:
-    return get_fit_job(open_db(state.settings.tuning_db), job_id)
+    return get_fit_job(state.store(), job_id)

@@ -10,6 +10,7 @@ import subprocess
 
 import httpx
 import pytest
+from fleet_entries import entry, export
 from service_support import PROBLEM, assert_error, client_for, served
 
 from convsel.errors import InvalidProblemError
@@ -89,6 +90,20 @@ def test_host_paths_only_when_asked(tmp_path, monkeypatch):
         assert c.get("/v1/tuning").json()["database"]["path"] == str(db)
         assert str(db) in c.get("/v1/fit").json()["reason"]
         assert c.get("/v1/rules").json()["source"].endswith("heuristics.yaml")
+
+
+def test_a_store_that_cannot_be_opened_is_503_without_its_location(tmp_path):
+    """The fleet and fit-job routes open the store themselves: their 503 hides where it is."""
+    bad = tmp_path / "secret-place" / "tuning.sqlite"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not a database" * 100)
+    with client_for(tuning_db=bad) as c:
+        answers = [c.post("/v1/fit", json={}), c.get("/v1/fit/jobs/abc"),
+                   c.post("/v1/fit/jobs", json={"backend": "numpy", "device": "x"}),
+                   c.post("/v1/tuning/entries", json=export(entry()))]
+    for r in answers:
+        assert r.status_code == 503 and r.json()["code"] == "tuning_database_unavailable", r.text
+        assert "secret-place" not in r.text and "<path>" in r.text, r.text
 
 
 def test_credentials_in_a_database_url_are_never_shown():
