@@ -5,27 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
 
 import pytest
+from cache_entries import P1, entry
 
-from convsel import ConvProblem, choose
+from convsel import choose
 from convsel.policies import device as policy_device
 from convsel.tuning import cache
-from convsel.tuning.db import TuningDB, TuningEntry
-from convsel.tuning.measure import decide, device_identity
-
-P1 = ConvProblem(1, 8, 8, 32, 16, 1, 1)
-
-
-def t(median: float, alg: str) -> dict[str, Any]:
-    return {"algorithm": alg, "params": {}, "median_s": median, "iqr_s": 0.0, "runs": 5}
-
-
-def entry(fast: str, slow: str) -> TuningEntry:
-    timings = {fast: t(1e-3, fast), slow: t(3e-3, slow)}
-    return TuningEntry(problem=P1, backend="numpy", device=device_identity("numpy"),
-                       winner=decide(timings)[0], tie=(), timings=timings)
+from convsel.tuning.db import TuningDB
 
 
 @pytest.fixture(autouse=True)
@@ -55,8 +42,8 @@ def test_a_write_by_another_process_is_seen_at_once(tmp_path):
     db.record(entry("direct", "gemm_1x1"))
     assert choose(P1, "cpu", policy="measured", db=db).algorithm == "direct"
     code = ("import sys\nsys.path.insert(0, sys.argv[2])\n"
-            "from test_answer_cache import entry\nfrom convsel.tuning.db import TuningDB\n"
+            "from cache_entries import entry\nfrom convsel.tuning.db import TuningDB\n"
             "TuningDB(sys.argv[1]).record(entry('gemm_1x1', 'direct'))\n")
-    here = str(__import__("pathlib").Path(__file__).parent)
+    here = str(__import__("pathlib").Path(__file__).parents[1])   # tests/: cache_entries
     subprocess.run([sys.executable, "-c", code, str(db.path), here], check=True, timeout=60)
     assert choose(P1, "cpu", policy="measured", db=db).algorithm == "gemm_1x1"

@@ -16,29 +16,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from cache_entries import P1, entry
 from repo import ROOT
 
 import convsel.tuning.db as dbmod
-from convsel import ConvProblem, choose
+from convsel import choose
 from convsel.policies import device as policy_device
 from convsel.tuning import cache
-from convsel.tuning.db import TuningDB, TuningEntry
-from convsel.tuning.measure import decide, device_identity
+from convsel.tuning.db import TuningDB
 from convsel.tuning.store import notify
 
-P1 = ConvProblem(1, 8, 8, 32, 16, 1, 1)
 NOTICE_S = 2.0      # how long a test waits for a notice to arrive
 CONNECT_S = 10.0    # ... and for the listener to connect (again), retries included
-
-
-def t(median: float, alg: str) -> dict[str, Any]:
-    return {"algorithm": alg, "params": {}, "median_s": median, "iqr_s": 0.0, "runs": 5}
-
-
-def entry(fast: str, slow: str) -> TuningEntry:
-    timings = {fast: t(1e-3, fast), slow: t(3e-3, slow)}
-    return TuningEntry(problem=P1, backend="numpy", device=device_identity("numpy"),
-                       winner=decide(timings)[0], tie=(), timings=timings)
 
 
 def eventually(condition: Callable[[], bool], seconds: float) -> bool:
