@@ -43,6 +43,10 @@ MmaTile = tuple[int, int, int, int]
 # mma emulated (the same fragments, through local memory; slow) instead of being refused, so
 # the correctness suite checks the tensor-core kernel on every device. Never set in use.
 EMULATE_WITHOUT_TENSOR_CORES = False
+# Fragments from local memory by ldmatrix (one instruction for a whole A fragment or two B
+# fragments, 16-byte swizzle) rather than by 64-bit loads of word pairs. A knob only for the
+# ablation in benchmarks/gpu.py and for tests that check both layouts; always on in use.
+LDMATRIX = True
 ALGORITHM = "implicit_gemm"
 
 
@@ -192,7 +196,8 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     options = [f"-DMATH_{config.math.upper()}", f"-DDATA_{p.dtype}", f"-DBM={bm}",
                f"-DBN={bn}", f"-DWARPS_M={wm}", f"-DWARPS_N={wn}",
                f"-DSW={config.slice_words}", f"-DSTAGES={config.stages}",
-               f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}"]
+               f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}",
+               f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
     options += ["-DMERGE_KW"] if config.merge_kw else []
     options += ["-DMMA_EMULATE"] if emulate else []
