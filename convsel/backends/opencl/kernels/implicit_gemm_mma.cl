@@ -10,8 +10,10 @@
 // A work-group of WARPS_M x WARPS_N warps computes a BM x BN tile of Y; each warp a
 // (BM/WARPS_M) x (BN/WARPS_N) tile of 16x8 mma fragments. The reduction runs in slices of SW
 // words (SW TF32 channels or 2*SW halves) of one tap; each slice of A and of B is staged in
-// local memory as rows of SW words, k fastest, their 8-byte chunks swizzled (XOR by the row)
-// so that a warp's 64-bit fragment loads hit distinct banks without padding.
+// local memory as rows of SW words, k fastest, swizzled (XOR by the row, no padding) so that
+// the warps' fragment loads hit distinct banks: LDSM 1 (the default), one ldmatrix.x4 per A
+// fragment and per two B fragments, on 16-byte chunks; LDSM 0, 64-bit loads of word pairs on
+// 8-byte chunks (kept for the ablation in benchmarks/gpu.py).
 // Two ways to stage a slice:
 // - registers (ASYNC 0): the next slice is fetched into registers while the current one is
 //   multiplied (TF32 words rounded with cvt.rna on the way to local memory); STAGES 1 or 2
@@ -26,8 +28,8 @@
 // adds them up and applies the epilogue.
 //
 // Build options: MATH_TF32 | MATH_F16, DATA_F32 | DATA_F16 (storage; halves move as bits),
-// BM BN WARPS_M WARPS_N SW STAGES ASYNC UW, KH KW SY SX DY DX, MERGE_KW, ACT*, HAS_BIAS,
-// MMA_EMULATE. Local size (32*WARPS_M*WARPS_N, 1, 1), fixed; global size
+// BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, MERGE_KW, ACT*, HAS_BIAS,
+// MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code). Local size (32*WARPS_M*WARPS_N, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
 #define NWARPS (WARPS_M * WARPS_N)
@@ -136,7 +138,15 @@
 #define FRAG(u) (u)
 #endif
 
-#if ASYNC
+#if ASYNC && defined(MMA_EMULATE)
+// cp.async emulated: the copy done at once (0 bytes: zeros), nothing left to wait for; the
+// barrier after CP_WAIT() still orders it before any warp reads the stage.
+inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+    *(__local uint4*)dst = bytes ? *(__global const uint4*)src : (uint4)(0u);
+}
+inline void cp_commit(void) {}
+#define CP_WAIT() ((void)0)
+#elif ASYNC
 inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
