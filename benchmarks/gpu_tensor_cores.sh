@@ -4,7 +4,8 @@
 # (native on the GPU, with their log), the mma.sync ceiling and benchmarks/gpu.py, each step
 # with its own time limit so that one failing step still leaves the others' output.
 #
-#   bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] [gpu.py args...]
+#   [REGISTERS_S=40] bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] \
+#       [gpu.py args...]
 #
 # WHEELS_DIR holds pyopencl and the other wheels the device lacks (benchmarks/NOTES-gpu.md).
 set -u
@@ -32,7 +33,8 @@ if not mma.tensor_cores(rt).ok:
 EOF
 
 echo "== registers and spills of the kernel's builds (ptxas, through -cl-nv-verbose)"
-timeout 90 python3 benchmarks/gpu_mma_registers.py --budget-s 40 --out "$out/registers.txt" 2>&1 \
+timeout $((${REGISTERS_S:-40} + 50)) python3 benchmarks/gpu_mma_registers.py \
+    --budget-s "${REGISTERS_S:-40}" --out "$out/registers.txt" 2>&1 \
     | tail -60
 
 echo "== tensor-core tests"

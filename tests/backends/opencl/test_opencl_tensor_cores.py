@@ -268,9 +268,10 @@ def test_a_declared_tile_of_several_warps_emulated(rt):
 def test_both_fragment_loads_emulated(rt, monkeypatch, ldmatrix):
     """ldmatrix on the 16-byte swizzle (an odd count of B fragments ending with an x2 load)
     and 64-bit pair loads on the 8-byte one make the same products; tiles whose load units
-    do not fill whole rows of the tile (BN 24, 40) check the staging's row steps."""
+    do not fill whole rows of the tile (BN 24, 40) check the staging's row steps; an odd K,
+    the epilogue's one-by-one stores (even K: pairs)."""
     monkeypatch.setattr(igm, "LDMATRIX", ldmatrix)
-    for p in (EMULATED[0], EMULATED[4]):
+    for p in (EMULATED[0], EMULATED[4], EMULATED[4].replace(k=13)):
         for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (64, 40, 2, 1), "slice": 16}):
             params = {"math": _math(p), **extra}
             kernel_options = igm.build_options(p, igm.configure(p, params, rt, emulate=True),

@@ -276,6 +276,21 @@ inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4
     }
 }
 
+// finish_store (common.cl) of two adjacent outputs, `index` even: one aligned store.
+inline void finish_store_pair(float v0, float v1, __global const DATA_T* bias, int channel,
+                              __global DATA_T* out, int index) {
+#if defined(HAS_BIAS)
+    v0 += (float)LOAD(bias, channel);
+    v1 += (float)LOAD(bias, channel + 1);
+#endif
+    const float2 v = (float2)(activate(v0), activate(v1));
+#if defined(DATA_F16)
+    vstorea_half2(v, index >> 1, out);
+#else
+    *(__global float2*)(out + index) = v;
+#endif
+}
+
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
                        __global const DATA_T* bias, __global DATA_T* y,
@@ -554,20 +569,38 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     }
 #endif
 
+    // The epilogue: d0, d1 (and d2, d3) are columns 2t, 2t+1 of one row, so where N is even
+    // (the pair's index even, in bounds together) they leave as one 8-byte (float) or 4-byte
+    // (two halves) store; else one by one.
     if (splits > 1) part += (long)split * M * N;
+    const bool pairs = (N & 1) == 0;
 #pragma unroll
     for (int i = 0; i < FM; ++i) {
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int m = m0 + wm * WTM + i * 16 + g + 8 * (r >> 1);
-                const int col = n0 + wn * WTN + j * 8 + 2 * t4 + (r & 1);
+            for (int h = 0; h < 2; ++h) {
+                const int m = m0 + wm * WTM + i * 16 + g + 8 * h;
+                const int col = n0 + wn * WTN + j * 8 + 2 * t4;
+                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
                 if (m >= M || col >= N) continue;
-                if (splits > 1)
-                    part[m * N + col] = acc[i][j][r];
-                else
-                    finish_store(acc[i][j][r], bias, col, y, m * N + col);
+                const int at = m * N + col;
+                if (pairs && splits > 1) {
+                    *(__global float2*)(part + at) = (float2)(v0, v1);
+                } else if (pairs) {
+                    finish_store_pair(v0, v1, bias, col, y, at);
+                } else {
+                    if (splits > 1)
+                        part[at] = v0;
+                    else
+                        finish_store(v0, bias, col, y, at);
+                    if (col + 1 < N) {
+                        if (splits > 1)
+                            part[at + 1] = v1;
+                        else
+                            finish_store(v1, bias, col + 1, y, at + 1);
+                    }
+                }
             }
         }
     }
