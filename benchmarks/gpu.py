@@ -187,6 +187,25 @@ def tc_ceiling(runtime: Any, math_mode: str, iters: int = 4096) -> float | None:
     return flops / best / 1e12
 
 
+def ldmatrix_builds(runtime: Any) -> str:
+    """Whether the tensor-core kernel builds with its ldmatrix fragment loads here; if not,
+    the run goes on with 64-bit pair loads (implicit_gemm_mma.LDMATRIX off) and says why."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    if not mma.tensor_cores(runtime).ok:
+        return "not tried: no tensor cores"
+    p = ConvProblem(2, 8, 8, 32, 32, 3, 3, pad=1, fast_math=True)
+    w = np.ones(p.weights_shape, np.float32)
+    try:
+        for math_mode, q in (("tf32", p), ("f16", p.replace(dtype="F16"))):
+            igm.prepare(q, w.astype(np.float16 if math_mode == "f16" else np.float32), None,
+                        {"math": math_mode, "mma": (64, 64, 2, 2)}, runtime)
+    except ConvselError as exc:
+        igm.LDMATRIX = False
+        return f"FAILED, running with pair loads instead: {exc}"
+    return "builds (tf32, f16)"
+
+
 # -- convsel's OpenCL kernels -----------------------------------------------------------------
 def candidates(p: ConvProblem, rules: Any, max_variants: int,
                names: tuple[str, ...] = OPENCL_ALGORITHMS) -> list[tuple[str, dict]]:
@@ -345,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {torch.__version__}", flush=True)
     print(f"tensor cores: {meta['tensor_cores']}; register-only mma.sync ceiling (TFLOP/s): "
           f"{ceilings}", flush=True)
+    meta["ldmatrix"] = ldmatrix_builds(runtime)
+    print(f"ldmatrix: {meta['ldmatrix']}", flush=True)
     if args.ablation and mma.tensor_cores(runtime).ok:
         meta["ablation"] = ablation(torch, runtime, rules, args)
     out = args.out or ROOT / "benchmarks" / "results" / "gpu.json"
@@ -470,13 +491,17 @@ def print_row(layer: Layer, batch: int, row: dict[str, Any]) -> None:
 
 # -- what each step of the tensor-core pipeline buys -------------------------------------------
 ABLATION_TILE = (128, 64, 2, 2)
-ABLATION_STEPS = (   # (name, params): each a step from the first kernel to the default
-    ("registers, 16-word slice, 1 stage", {"load": "registers", "slice": 16, "stages": 1}),
-    ("registers, 16-word slice, 2 stages", {"load": "registers", "slice": 16, "stages": 2}),
-    ("registers, 32-word slice, 2 stages", {"load": "registers", "slice": 32, "stages": 2}),
-    ("cp.async, 16-word slice, 2 stages", {"load": "async", "slice": 16, "stages": 2}),
-    ("cp.async, 16-word slice, 4 stages", {"load": "async", "slice": 16, "stages": 4}),
-    ("cp.async, 32-word slice, 2 stages", {"load": "async", "slice": 32, "stages": 2}),
+ABLATION_STEPS = (   # (name, params, ldmatrix): the previous kernel's best, then this one's
+    ("pairs, registers, 32w, 2 stages", {"load": "registers", "slice": 32, "stages": 2}, False),
+    ("ldmatrix, registers, 32w, 2 stages", {"load": "registers", "slice": 32, "stages": 2},
+     True),
+    ("ldmatrix, registers, 16w, 2 stages", {"load": "registers", "slice": 16, "stages": 2},
+     True),
+    ("ldmatrix, cp.async, 16w, 4 stages", {"load": "async", "slice": 16, "stages": 4}, True),
+    ("ldmatrix, cp.async, 32w, 2 stages", {"load": "async", "slice": 32, "stages": 2}, True),
+    ("pairs, 128x128x2x2 registers", {"mma": (128, 128, 2, 2), "load": "registers"}, False),
+    ("ldmatrix, 128x128x2x2 registers", {"mma": (128, 128, 2, 2), "load": "registers"}, True),
+    ("ldmatrix, 128x128x2x2 cp.async", {"mma": (128, 128, 2, 2), "load": "async"}, True),
 )
 ABLATION_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}.conv1",
                    "layer4.0.downsample")
@@ -484,8 +509,12 @@ ABLATION_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
              ) -> list[dict[str, Any]]:
-    """Each pipeline step of :data:`ABLATION_STEPS` on tile :data:`ABLATION_TILE`, on a few
-    ResNet-50 layers at batch 32, in TF32 and F16: kernel ms, checked like every candidate."""
+    """Each step of :data:`ABLATION_STEPS` (tile :data:`ABLATION_TILE` unless it names one;
+    fragments by ldmatrix or by 64-bit pair loads), on a few ResNet-50 layers at batch 32, in
+    TF32 and F16: kernel ms, checked like every candidate."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    default = igm.LDMATRIX
     layers, _ = load_layers(None, ["resnet50"])
     chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in ABLATION_LAYERS)]
     rng = np.random.default_rng(1)
@@ -499,19 +528,23 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(npd)
             ref, scale = reference64(torch, p, x, w)
             times = {}
-            for name, step in ABLATION_STEPS:
+            for name, step, ldmatrix in ABLATION_STEPS:
                 params = {"math": math_mode, "mma": ABLATION_TILE, **step}
+                igm.LDMATRIX = ldmatrix
                 try:
                     r = run_candidate(torch, p, "implicit_gemm", params, runtime, x, w, ref,
                                       scale, args.repeats)
                 except ConvselError as exc:
                     r = {"failed": str(exc)}
+                finally:
+                    igm.LDMATRIX = default
                 times[name] = r.get("kernel_s") if r.get("correct") else None
-                rows.append({"layer": layer.name, "math": math_mode, "step": name, **r})
+                rows.append({"layer": layer.name, "math": math_mode, "step": name,
+                             "ldmatrix": ldmatrix, **r})
             del ref, scale
             cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
             print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)
-    print("  columns: " + " | ".join(name for name, _ in ABLATION_STEPS), flush=True)
+    print("  columns: " + " | ".join(name for name, _, _ in ABLATION_STEPS), flush=True)
     return rows
 
 

@@ -1,9 +1,11 @@
 #!/bin/bash
-# One device-machine call for the tensor-core work (issue 27): the probe, the tensor-core tests
+# One device-machine call for the tensor-core work (issue 27): the probe, the registers and
+# spills of the kernel's builds (benchmarks/gpu_mma_registers.py), the tensor-core tests
 # (native on the GPU, with their log), the mma.sync ceiling and benchmarks/gpu.py, each step
 # with its own time limit so that one failing step still leaves the others' output.
 #
-#   bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] [gpu.py args...]
+#   [REGISTERS_S=40] bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] \
+#       [gpu.py args...]
 #
 # WHEELS_DIR holds pyopencl and the other wheels the device lacks (benchmarks/NOTES-gpu.md).
 set -u
@@ -29,6 +31,11 @@ if not mma.tensor_cores(rt).ok:
         except Exception as exc:
             print(m, "FAILED:", exc)
 EOF
+
+echo "== registers and spills of the kernel's builds (ptxas, through -cl-nv-verbose)"
+timeout $((${REGISTERS_S:-40} + 50)) python3 benchmarks/gpu_mma_registers.py \
+    --budget-s "${REGISTERS_S:-40}" --out "$out/registers.txt" 2>&1 \
+    | tail -60
 
 echo "== tensor-core tests"
 timeout "$test_s" python3 -m pytest tests/backends/opencl/test_opencl_tensor_cores.py -q -s \

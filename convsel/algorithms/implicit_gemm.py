@@ -103,14 +103,15 @@ def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
 # (BN/WARPS_N) tile of 16x8 fragments); "slice" = 16 or 32 words of the reduction staged at a
 # time; "load" = "async" (cp.async, global to local) or "registers"; "stages" = local buffers
 # (registers: 1 or 2; async: 2 to 4); "split" = split-K. Backends fill what is not named.
+# (128, 128, 2, 2): 64x64 per warp, twice the mma per fragment loaded of a 32x64 warp tile.
 MMA_MATH = {"tf32": "F32", "f16": "F16"}
 MMA_TILES: tuple[tuple[int, int, int, int], ...] = (
-    (128, 256, 2, 4), (128, 128, 4, 2), (256, 128, 4, 2), (128, 64, 2, 2), (64, 128, 2, 2),
-    (64, 64, 2, 2), (32, 64, 1, 2),
+    (128, 256, 2, 4), (128, 128, 2, 2), (128, 128, 4, 2), (256, 128, 4, 2), (128, 64, 2, 2),
+    (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2),
 )
 MMA_SLICES = (16, 32)
 MMA_LOADS = ("async", "registers")
-MAX_MMA_VARIANTS = 6
+MAX_MMA_VARIANTS = 7
 MMA_LOCAL_BYTES = 48 * 1024       # what OpenCL on NVIDIA gives a work-group
 
 
@@ -200,19 +201,23 @@ def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
 
 def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
     """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles, plus one
-    staged through registers): TF32 for an F32 problem with fast math, F16 for an F16
-    problem, none otherwise; the tiles whose work-group is not mostly idle on this problem."""
+    staged by cp.async): TF32 for an F32 problem with fast math, F16 for an F16 problem,
+    none otherwise; the tiles whose work-group is not mostly idle on this problem."""
     math_mode = "f16" if p.dtype == "F16" else "tf32" if p.fast_math else None
     if math_mode is None or p.groups != 1:
         return []
     m = p.n * p.out_h * p.out_w
     fit = [t for t in MMA_TILES if t[0] <= 2 * m and t[1] <= 2 * p.k]
     tiles = (fit or [MMA_TILES[-1]])[:MAX_MMA_VARIANTS]
-    # the pipeline is the backend's choice, except one variant that stages through registers
-    # (cp.async's alternative, and the only pipeline where 16-byte loads do not fit C)
-    return ([{"math": math_mode, "mma": t} for t in tiles]
-            + [{"math": math_mode, "mma": tiles[-1 if len(tiles) < 4 else 3],
-                "load": "registers"}])
+    # the pipeline is the backend's choice (registers: on the H100 they beat cp.async on 7 of
+    # 8 layer/math pairs, benchmarks/NOTES-gpu.md), except one variant staged by cp.async
+    # where 16-byte loads fit C (the backend refuses it otherwise)
+    tc = [{"math": math_mode, "mma": t} for t in tiles]
+    merged_taps = p.dilation[1] == 1 and p.kw > 1 and p.c < 8      # loaded word by word
+    if p.c % (4 * (2 if math_mode == "f16" else 1)) == 0 and not merged_taps:
+        tc.append({"math": math_mode, "mma": tiles[1 if len(tiles) > 1 else 0],
+                   "load": "async"})
+    return tc
 
 
 def opencl_split_k(p: ConvProblem, params: Mapping[str, Any]) -> int:

@@ -5,8 +5,9 @@ for F16 problems, both accumulating in float.
 :mod:`.implicit_gemm` hands a variant here when its parameters name a math mode. The device
 must pass :func:`.mma.tensor_cores` (built, run and checked once per device); anywhere else
 the variant is unsupported with that reason. ``prepare(..., emulate=True)`` builds the same
-kernel with its mma.sync replaced by a local-memory emulation of the same fragments: tests
-use it to check the kernel's indexing on devices without tensor cores; no policy reaches it.
+kernel with its mma.sync replaced by a local-memory emulation of the same fragments (and
+ldmatrix, cp.async by plain loads): tests use it to check the kernel's indexing on devices
+without tensor cores; no policy reaches it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ MmaTile = tuple[int, int, int, int]
 # mma emulated (the same fragments, through local memory; slow) instead of being refused, so
 # the correctness suite checks the tensor-core kernel on every device. Never set in use.
 EMULATE_WITHOUT_TENSOR_CORES = False
+# Fragments from local memory by ldmatrix (one instruction for a whole A fragment or two B
+# fragments, 16-byte swizzle) rather than by 64-bit loads of word pairs. A knob only for the
+# ablation in benchmarks/gpu.py and for tests that check both layouts; always on in use.
+LDMATRIX = True
 ALGORITHM = "implicit_gemm"
 
 
@@ -91,13 +96,12 @@ def default_splits(runtime: Runtime, m: int, n: int, tile: MmaTile, slices: int)
     return max(1, min(want // groups, slices // 8, MAX_SPLITS))
 
 
-def pipeline(tile: MmaTile, unit_words: int, params: Mapping[str, Any], limit: int,
-             emulate: bool) -> tuple[int, str, int]:
-    """(slice words, load, stages): what ``params`` name, the rest chosen. cp.async where the
-    loads are 16 bytes (and not emulated), with the widest slice that still leaves two stages
-    and as many stages (up to 4) as local memory holds; otherwise registers, two stages where
-    they fit."""
-    load = params.get("load") or ("async" if unit_words == 4 and not emulate else "registers")
+def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int) -> tuple[int, str, int]:
+    """(slice words, load, stages): what ``params`` name, the rest chosen: registers unless
+    cp.async is named (on the H100 registers were faster on 7 of 8 layer/math pairs,
+    benchmarks/NOTES-gpu.md), the widest slice that still leaves two stages, and as many
+    stages as local memory holds (registers 2, cp.async up to 4)."""
+    load = params.get("load") or "registers"
     most = 4 if load == "async" else 2
     named = params.get("slice")
     for slice_words in [int(named)] if named else sorted(MMA_SLICES, reverse=True):
@@ -124,14 +128,10 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
     per_word = elements_per_word(math_mode)
     merge = p.dilation[1] == 1 and p.kw > 1 and p.c < 8
     unit = 4 if not merge and p.c % (4 * per_word) == 0 else 1
-    slice_words, load, stages = pipeline(tile, unit, resolved,
-                                         int(runtime.device.local_mem_size), emulate)
+    slice_words, load, stages = pipeline(tile, resolved, int(runtime.device.local_mem_size))
     if load == "async" and unit != 4:
         raise UnsupportedError(f"load 'async' copies 16 bytes: C={p.c} is not a multiple of "
                                f"{4 * per_word}", algorithm=ALGORITHM, backend="opencl")
-    if load == "async" and emulate:
-        raise UnsupportedError("cp.async has no emulation: use load 'registers'",
-                               algorithm=ALGORITHM, backend="opencl")
     if not (2 <= stages <= 4 if load == "async" else 1 <= stages <= 2):
         raise UnsupportedError(f"load {load!r} with {stages} stage(s): async keeps 2 to 4, "
                                "registers 1 or 2", algorithm=ALGORITHM, backend="opencl")
@@ -192,7 +192,8 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     options = [f"-DMATH_{config.math.upper()}", f"-DDATA_{p.dtype}", f"-DBM={bm}",
                f"-DBN={bn}", f"-DWARPS_M={wm}", f"-DWARPS_N={wn}",
                f"-DSW={config.slice_words}", f"-DSTAGES={config.stages}",
-               f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}"]
+               f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}",
+               f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
     options += ["-DMERGE_KW"] if config.merge_kw else []
     options += ["-DMMA_EMULATE"] if emulate else []

@@ -4,9 +4,9 @@ Three kinds of test:
 - everywhere: TF32 never runs without fast math, whatever asks for it; a device without
   tensor cores refuses the variants with a reason (never a build error);
 - everywhere: the kernel with its mma.sync emulated (the same fragments exchanged through
-  local memory, ``emulate=True``) against float64 on the operands as the kernel rounds them,
-  to float32 accuracy: this checks the kernel's gathering, fragment and epilogue indexing on
-  any device, PoCL's CPU device included;
+  local memory; ldmatrix and cp.async as plain loads, ``emulate=True``) against float64 on
+  the operands as the kernel rounds them, to float32 accuracy: this checks the kernel's
+  gathering, fragment and epilogue indexing on any device, PoCL's CPU device included;
 - on a device with tensor cores (skipped elsewhere, with the probe's reason): every
   declared variant, natively, on every distinct ResNet-50 layer and on random shapes,
   against float64 on the exact inputs within :func:`mma.error_bound` (its docstring states
@@ -264,16 +264,41 @@ def test_a_declared_tile_of_several_warps_emulated(rt):
     _tight_check(p, params, rt, x, w, b, y, 1)
 
 
-def test_cp_async_is_native_only(rt):
-    """cp.async has no emulation: asked for under emulation it is refused with the reason;
-    an emulated run with no load named stages through registers."""
-    p = EMULATED[0]
-    refused = igm.supports(p, {"math": "tf32", "load": "async"}, rt, emulate=True)
-    assert not refused.ok and "no emulation" in refused.reason
-    config = igm.configure(p, {"math": "tf32", "mma": (64, 64, 2, 2)}, rt, emulate=True)
+@pytest.mark.parametrize("ldmatrix", [True, False], ids=["ldmatrix", "pair-loads"])
+def test_both_fragment_loads_emulated(rt, monkeypatch, ldmatrix):
+    """ldmatrix on the 16-byte swizzle (an odd count of B fragments ending with an x2 load)
+    and 64-bit pair loads on the 8-byte one make the same products; tiles whose load units
+    do not fill whole rows of the tile (BN 24, 40) check the staging's row steps; an odd K,
+    the epilogue's one-by-one stores (even K: pairs)."""
+    monkeypatch.setattr(igm, "LDMATRIX", ldmatrix)
+    for p in (EMULATED[0], EMULATED[4], EMULATED[4].replace(k=13)):
+        for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (64, 40, 2, 1), "slice": 16}):
+            params = {"math": _math(p), **extra}
+            kernel_options = igm.build_options(p, igm.configure(p, params, rt, emulate=True),
+                                               None, emulate=True)
+            assert f"-DLDSM={int(ldmatrix)}" in kernel_options
+            x, w, b, y, _ = _run(p, params, rt, emulate=True)
+            _tight_check(p, params, rt, x, w, b, y, 1)
+
+
+def test_cp_async_emulated(rt):
+    """cp.async (copies straight to local memory, TF32 rounded at the fragments) runs
+    emulated as plain copies: its indexing checked like the registers path; with no load
+    named the kernel stages through registers; word loads (C not a multiple of 4) refuse it."""
+    for p in (EMULATED[0], EMULATED[4]):
+        for extra in ({"mma": (32, 64, 1, 2), "stages": 3, "slice": 16},
+                      {"mma": (64, 40, 2, 1), "stages": 2}):
+            params = {"math": _math(p), "load": "async", **extra}
+            config = igm.configure(p, params, rt, emulate=True)
+            assert config.load == "async" and config.stages == extra["stages"]
+            x, w, b, y, _ = _run(p, params, rt, emulate=True)
+            _tight_check(p, params, rt, x, w, b, y, config.splits)
+    config = igm.configure(EMULATED[0], {"math": "tf32", "mma": (64, 64, 2, 2)}, rt,
+                           emulate=True)
     assert config.load == "registers" and config.slice_words == 32 and config.stages == 2
     few = ConvProblem(1, 8, 8, 6, 16, 3, 3, pad=1, fast_math=True)     # 6 channels: word loads
-    assert not igm.supports(few, {"math": "tf32", "load": "async"}, rt, emulate=True).ok
+    refused = igm.supports(few, {"math": "tf32", "load": "async"}, rt, emulate=True)
+    assert not refused.ok and "16 bytes" in refused.reason
 
 
 def test_split_k_and_stages_shape_the_launches(rt):

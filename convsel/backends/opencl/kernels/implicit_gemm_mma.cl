@@ -10,8 +10,10 @@
 // A work-group of WARPS_M x WARPS_N warps computes a BM x BN tile of Y; each warp a
 // (BM/WARPS_M) x (BN/WARPS_N) tile of 16x8 mma fragments. The reduction runs in slices of SW
 // words (SW TF32 channels or 2*SW halves) of one tap; each slice of A and of B is staged in
-// local memory as rows of SW words, k fastest, their 8-byte chunks swizzled (XOR by the row)
-// so that a warp's 64-bit fragment loads hit distinct banks without padding.
+// local memory as rows of SW words, k fastest, swizzled (XOR by the row, no padding) so that
+// the warps' fragment loads hit distinct banks: LDSM 1 (the default), one ldmatrix.x4 per A
+// fragment and per two B fragments, on 16-byte chunks; LDSM 0, 64-bit loads of word pairs on
+// 8-byte chunks (kept for the ablation in benchmarks/gpu.py).
 // Two ways to stage a slice:
 // - registers (ASYNC 0): the next slice is fetched into registers while the current one is
 //   multiplied (TF32 words rounded with cvt.rna on the way to local memory); STAGES 1 or 2
@@ -26,8 +28,8 @@
 // adds them up and applies the epilogue.
 //
 // Build options: MATH_TF32 | MATH_F16, DATA_F32 | DATA_F16 (storage; halves move as bits),
-// BM BN WARPS_M WARPS_N SW STAGES ASYNC UW, KH KW SY SX DY DX, MERGE_KW, ACT*, HAS_BIAS,
-// MMA_EMULATE. Local size (32*WARPS_M*WARPS_N, 1, 1), fixed; global size
+// BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, MERGE_KW, ACT*, HAS_BIAS,
+// MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code). Local size (32*WARPS_M*WARPS_N, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
 #define NWARPS (WARPS_M * WARPS_N)
@@ -61,17 +63,51 @@
 #error "the register path has 1 or 2 stages"
 #endif
 
-// The swizzle: 8-byte chunk c of row r sits at chunk c ^ SWZ(r). Half a warp's 64-bit
-// fragment loads read chunks t + 4 ks (t < 4) of rows g < 4: XOR-ing whole groups of 4 chunks
-// by the row puts those 16 loads in 16 different 8-byte bank pairs.
+#if !defined(LDSM)
+#define LDSM 1
+#endif
+
+// The swizzle (no padding: rows are SW words). LDSM 1, fragments by ldmatrix: 16-byte chunk
+// c of row r sits at chunk c ^ SWZ(r). One ldmatrix matrix reads the same chunk of 8
+// consecutive rows (from a multiple of 8), and a quarter-warp's 16-byte stores fill 128
+// bytes of consecutive rows: XOR-ing by the row puts either in 8 different 16-byte bank groups.
+// LDSM 0, fragments by 64-bit loads of word pairs 2t, 2t+1 (see mma.cl): 8-byte chunk c of
+// row r at c ^ SWZ(r), whole groups of 4 chunks XOR-ed, so that half a warp's loads (chunks
+// t + 4 ks of rows g < 4) hit 16 different 8-byte bank pairs. Either way SWZ(r + 8) = SWZ(r).
+#if LDSM
 #if SW == 16
-#define SWZ(r) ((((r) >> 1) & 1) << 2)       // 64-byte rows: two rows per 128-byte bank line
+#define SWZ(r) (((r) >> 1) & 3)              // 64-byte rows: two rows per 128-byte bank line
 #elif SW == 32
-#define SWZ(r) (((r) & 3) << 2)              // 128-byte rows
+#define SWZ(r) ((r) & 7)                     // 128-byte rows
+#else
+#error "SW must be 16 or 32 words"
+#endif
+#define WORD_AT(r, w) ((r) * SW + ((((w) >> 2) ^ SWZ(r)) << 2) + ((w) & 3))
+#else
+#if SW == 16
+#define SWZ(r) ((((r) >> 1) & 1) << 2)
+#elif SW == 32
+#define SWZ(r) (((r) & 3) << 2)
 #else
 #error "SW must be 16 or 32 words"
 #endif
 #define WORD_AT(r, w) ((r) * SW + (((((w) >> 1) ^ SWZ(r))) << 1) + ((w) & 1))
+#endif
+
+// Staging: a work-item loads the unit at word u_col of rows u_row, u_row + RSTEP, ... of A
+// (and of B): the same column every slice and row, so the unit's place in a stage is its
+// first row's plus a constant where RSTEP is a multiple of 8 (the swizzle repeats).
+#define RSTEP (NT / UPR)
+#if NT % UPR
+#error "a work-group's work-items must cover whole rows of load units"
+#endif
+#if RSTEP % 8 == 0
+#define UNIT_WORD(row0, l) (WORD_AT((row0), u_col) + (l) * RSTEP * SW)
+#else
+#define UNIT_WORD(row0, l) WORD_AT((row0) + (l) * RSTEP, u_col)
+#endif
+#define A_UNIT_OK(l) (BM % RSTEP == 0 || u_row + (l) * RSTEP < BM)
+#define B_UNIT_OK(l) (BN % RSTEP == 0 || u_row + (l) * RSTEP < BN)
 
 #if defined(MATH_TF32)
 #define ELEM_T float
@@ -102,7 +138,15 @@
 #define FRAG(u) (u)
 #endif
 
-#if ASYNC
+#if ASYNC && defined(MMA_EMULATE)
+// cp.async emulated: the copy done at once (0 bytes: zeros), nothing left to wait for; the
+// barrier after CP_WAIT() still orders it before any warp reads the stage.
+inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+    *(__local uint4*)dst = bytes ? *(__global const uint4*)src : (uint4)(0u);
+}
+inline void cp_commit(void) {}
+#define CP_WAIT() ((void)0)
+#elif ASYNC
 inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
@@ -120,21 +164,81 @@ inline void cp_commit(void) {
 #endif
 #endif
 
+#if LDSM
+// The row lane L names for ldmatrix at k-step ks (16-byte chunks 2 ks and 2 ks + 1 hold its
+// 8 words), as a word offset in the stage. A fragment i (LDSM_X4 -> a0..a3): rows 0-7 words
+// 0-3, rows 8-15 words 0-3, rows 0-7 words 4-7, rows 8-15 words 4-7 (mma.cl's a0..a3).
+// B fragments j, j+1 (LDSM_X4 -> b[j][0], b[j][1], b[j+1][0], b[j+1][1]): columns 0-7 words
+// 0-3, 0-7 words 4-7, 8-15 words 0-3, 8-15 words 4-7. Fragment i (j) is 16 i (8 j) rows on,
+// which keeps the swizzle: its offsets are the first one's plus 16 i SW (8 j SW) words.
+#define FRAG_WORD(row, chunk) ((row) * SW + (((chunk) ^ SWZ(row)) << 2))
+#define A_LANE_WORD(L, ks) FRAG_WORD(a_row + ((L) & 7) + ((((L) >> 3) & 1) << 3),              \
+                                     2 * (ks) + ((L) >> 4))
+#define B_LANE_WORD(L, ks) FRAG_WORD(b_row + ((L) & 7) + (((L) >> 4) << 3),                    \
+                                     2 * (ks) + (((L) >> 3) & 1))
+#endif
+
 // One staged slice: SW/8 k-steps of FM x FN mma fragments into the warp's accumulators.
-// `a_row`, `b_row`: the first rows of the warp's A and B fragments for this lane (g), `t4`
-// its word pair. Unrolled (the fragments and accumulators must stay in registers), except
-// when emulated: unrolling the emulation's barriers only costs the CPU compiler minutes.
+// `a_row`, `b_row`: the first rows of the warp's A and B fragments in the stage (LDSM 1), or
+// this lane's first rows (LDSM 0, with `t4` its word pair).
 inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4,
                            float acc[FM][FN][4], __local uint* mma_scr, int lane) {
+#if !LDSM
     const int swz = SWZ(a_row);        // rows g, g+8, g+16... share it (multiples of 16 apart)
+#endif
 #if defined(MMA_EMULATE)
 #pragma unroll 1
 #else
 #pragma unroll
 #endif
     for (int ks = 0; ks < SW / 8; ++ks) {
-        const int pair = ((((4 * ks) ^ swz) + t4) << 1);   // word 2t of k-step ks, swizzled
         uint a[FM][4], b[FN][2];
+#if LDSM
+#if defined(MMA_EMULATE)
+#pragma unroll 1
+#else
+#pragma unroll
+#endif
+        for (int i = 0; i < FM; ++i) {
+#define A_ROW_WORD(L) (A_LANE_WORD(L, ks) + i * 16 * SW)
+            LDSM_X4(a[i][0], a[i][1], a[i][2], a[i][3], src, A_ROW_WORD);
+#undef A_ROW_WORD
+        }
+#if defined(MMA_EMULATE)
+#pragma unroll 1
+#else
+#pragma unroll
+#endif
+        for (int j = 0; j + 1 < FN; j += 2) {
+#define B_ROW_WORD(L) (B_LANE_WORD(L, ks) + j * 8 * SW)
+            LDSM_X4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], src, B_ROW_WORD);
+#undef B_ROW_WORD
+        }
+#if FN % 2
+#define B_ROW_WORD(L) (B_LANE_WORD(L, ks) + (FN - 1) * 8 * SW)
+        LDSM_X2(b[FN - 1][0], b[FN - 1][1], src, B_ROW_WORD);
+#undef B_ROW_WORD
+#endif
+#if ASYNC && defined(MATH_TF32)
+#if defined(MMA_EMULATE)
+#pragma unroll 1
+#else
+#pragma unroll
+#endif
+        for (int i = 0; i < FM; ++i)
+            for (int r = 0; r < 4; ++r) a[i][r] = FRAG(a[i][r]);
+#if defined(MMA_EMULATE)
+#pragma unroll 1
+#else
+#pragma unroll
+#endif
+        for (int j = 0; j < FN; ++j) {
+            b[j][0] = FRAG(b[j][0]);
+            b[j][1] = FRAG(b[j][1]);
+        }
+#endif
+#else
+        const int pair = ((((4 * ks) ^ swz) + t4) << 1);   // word 2t of k-step ks, swizzled
 #if defined(MMA_EMULATE)
 #pragma unroll 1
 #else
@@ -155,6 +259,7 @@ inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4
             const uint2 v = *(__local const uint2*)(src + (b_row + j * 8) * SW + pair);
             b[j][0] = FRAG(v.x); b[j][1] = FRAG(v.y);
         }
+#endif
 #if defined(MMA_EMULATE)
 #pragma unroll 1
 #else
@@ -169,6 +274,21 @@ inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4
             for (int j = 0; j < FN; ++j)
                 MMA(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[j][0], b[j][1]);
     }
+}
+
+// finish_store (common.cl) of two adjacent outputs, `index` even: one aligned store.
+inline void finish_store_pair(float v0, float v1, __global const DATA_T* bias, int channel,
+                              __global DATA_T* out, int index) {
+#if defined(HAS_BIAS)
+    v0 += (float)LOAD(bias, channel);
+    v1 += (float)LOAD(bias, channel + 1);
+#endif
+    const float2 v = (float2)(activate(v0), activate(v1));
+#if defined(DATA_F16)
+    vstorea_half2(v, index >> 1, out);
+#else
+    *(__global float2*)(out + index) = v;
+#endif
 }
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
@@ -197,10 +317,12 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 
 #if defined(MERGE_KW)
     const int TAPS = KH;
+    const int TAP_COLS = 1;           // a tap is a kernel row
     const int CR = KW * C;            // channels of one (merged) tap
     const int ROW = W * C;            // elements of one input row
 #else
     const int TAPS = KH * KW;
+    const int TAP_COLS = KW;
     const int CR = C;
 #endif
     const int R = KH * KW * C;
@@ -209,39 +331,34 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     const int t_begin = (int)(((long)slices * split) / splits);
     const int t_end = (int)(((long)slices * (split + 1)) / splits);
 
-    // The A units this work-item gathers: the same rows and channel offsets every slice, so
-    // the pixel of each row is decoded once. a_iy = -2^30 marks a row past M (or no unit).
-    // a_word: where the unit goes in a stage (swizzled), -1 for no unit.
-    int a_word[LA], a_k[LA], a_pix[LA], a_iy[LA], a_ix[LA];
+    // This work-item's load units (see RSTEP): rows u_row + l RSTEP, word u_col, element
+    // u_k of the slice. A: each row's pixel decoded once, as the element offset of its input
+    // pixel (tap 0, channel 0; negative where it lies in the padding) and its input row and
+    // column; a_iy = -2^30 marks a row past M (or no unit). B: output channel n0 + row, its
+    // weights from w + b_base (-1: past N).
+    const int u_row = tid / UPR;
+    const int u_col = (tid - u_row * UPR) * UW;
+    const int u_k = u_col * ELEMS_PER_WORD;
+    int a_base[LA], a_iy[LA], a_ix[LA];
     for (int l = 0; l < LA; ++l) {
-        const int v = tid + l * NT;
-        const int row = v / UPR;
-        const int unit = v - row * UPR;
-        a_word[l] = v < NUA ? WORD_AT(row, unit * UW) : -1;
-        a_k[l] = unit * UE;
-        const int m = m0 + row;
-        a_pix[l] = 0;
+        const int m = m0 + u_row + l * RSTEP;
+        a_base[l] = 0;
         a_iy[l] = -(1 << 30);
         a_ix[l] = 0;
-        if (v < NUA && m < M) {
+        if (A_UNIT_OK(l) && m < M) {
             const int img = m / (OH * OW);
             const int rest = m - img * (OH * OW);
             const int oy = rest / OW;
             const int ox = rest - oy * OW;
-            a_pix[l] = img * H * W;
             a_iy[l] = oy * SY - PT;
             a_ix[l] = ox * SX - PL;
+            a_base[l] = ((img * H + a_iy[l]) * W + a_ix[l]) * C;
         }
     }
-    // The B units: output channel n0 + row, its weights from w + b_base (-1: past N).
-    int b_word[LB], b_k[LB], b_base[LB];
+    int b_base[LB];
     for (int l = 0; l < LB; ++l) {
-        const int v = tid + l * NT;
-        const int row = v / UPR;
-        const int unit = v - row * UPR;
-        b_word[l] = v < NUB ? BM * SW + WORD_AT(row, unit * UW) : -1;
-        b_k[l] = unit * UE;
-        b_base[l] = (v < NUB && n0 + row < N) ? (n0 + row) * R : -1;
+        const int n = n0 + u_row + l * RSTEP;
+        b_base[l] = (B_UNIT_OK(l) && n < N) ? n * R : -1;
     }
 
     float acc[FM][FN][4];
@@ -252,45 +369,74 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
+#if LDSM
+    const int a_row = wm * WTM;
+    const int b_row = BM + wn * WTN;
+#else
     const int a_row = wm * WTM + g;
     const int b_row = BM + wn * WTN + g;
+#endif
 #define COMPUTE(s) multiply_slice(smem + (s) * STAGE_WORDS, a_row, b_row, t4, acc, mma_scr, lane)
+
+    // The next slice to load, as a cursor (no division per slice): its tap's kernel row cti
+    // and column ctj (merged taps: the row alone), and its first channel cc0 in the tap.
+    int cti, ctj, cc0;
+    {
+        const int tap = t_begin / CS;
+        cc0 = (t_begin - tap * CS) * BKE;
+        cti = tap / TAP_COLS;
+        ctj = tap - cti * TAP_COLS;
+    }
+#define ADVANCE()                                                                          \
+    {                                                                                      \
+        cc0 += BKE;                                                                        \
+        if (cc0 >= CR) {                                                                   \
+            cc0 = 0;                                                                       \
+            if (++ctj == TAP_COLS) {                                                       \
+                ctj = 0;                                                                   \
+                ++cti;                                                                     \
+            }                                                                              \
+        }                                                                                  \
+    }
+    // the cursor's slice: A's element offset from a_base (tap and channel), and B's from
+    // b_base (the flat reduction index r of the unit's first element)
+#define A_SLICE_OFF() ((cti * DY * W + ctj * DX) * C + cc0 + u_k)
+#define B_SLICE_OFF() ((cti * TAP_COLS + ctj) * CR + cc0 + u_k)
 
 #if ASYNC
     // -- cp.async: each unit's 16 bytes go straight to its place in stage s ------------------
-#define ISSUE(t, s)                                                                        \
+#define ISSUE(s)                                                                           \
     {                                                                                      \
-        const int tap = (t) / CS;                                                          \
-        const int c0 = ((t) - tap * CS) * BKE;                                             \
-        const int ti = tap / KW;                                                           \
-        const int tj = tap - ti * KW;                                                      \
         __local uint* dst = smem + (s) * STAGE_WORDS;                                      \
+        const int a_off = A_SLICE_OFF();                                                   \
+        const bool c_in = cc0 + u_k < C;                                                   \
         for (int l = 0; l < LA; ++l) {                                                     \
-            if (a_word[l] < 0) continue;                                                   \
-            const int iy = a_iy[l] + ti * DY;                                              \
-            const int ix = a_ix[l] + tj * DX;                                              \
-            const int c = c0 + a_k[l];                                                     \
-            const bool in = iy >= 0 && iy < H && ix >= 0 && ix < W && c < C;               \
-            const __global ELEM_T* src = in ? x + (a_pix[l] + iy * W + ix) * C + c : x;    \
-            cp_async16(dst + a_word[l], (__global const uint*)src, in ? 16 : 0);           \
+            if (!A_UNIT_OK(l)) continue;                                                   \
+            const int iy = a_iy[l] + cti * DY;                                             \
+            const int ix = a_ix[l] + ctj * DX;                                             \
+            const bool in = (uint)iy < (uint)H && (uint)ix < (uint)W && c_in;              \
+            const __global ELEM_T* src = in ? x + a_base[l] + a_off : x;                   \
+            cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0); \
         }                                                                                  \
+        const int b_off = B_SLICE_OFF();                                                   \
         for (int l = 0; l < LB; ++l) {                                                     \
-            if (b_word[l] < 0) continue;                                                   \
-            const int c = c0 + b_k[l];                                                     \
-            const bool in = b_base[l] >= 0 && c < CR;                                      \
-            const __global ELEM_T* src = in ? w + b_base[l] + tap * CR + c : w;            \
-            cp_async16(dst + b_word[l], (__global const uint*)src, in ? 16 : 0);           \
+            if (!B_UNIT_OK(l)) continue;                                                   \
+            const bool in = b_base[l] >= 0 && c_in;                                        \
+            const __global ELEM_T* src = in ? w + b_base[l] + b_off : w;                   \
+            cp_async16(dst + BM * SW + UNIT_WORD(u_row, l), (__global const uint*)src,     \
+                       in ? 16 : 0);                                                       \
         }                                                                                  \
+        ADVANCE()                                                                          \
     }
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (t_begin + s < t_end) ISSUE(t_begin + s, s)
+        if (t_begin + s < t_end) ISSUE(s)
         cp_commit();
     }
     for (int t = t_begin; t < t_end; ++t) {
         CP_WAIT();                               // this work-item's copies of slice t landed
         barrier(CLK_LOCAL_MEM_FENCE);            // everyone's; and slice t-1 is done with
         const int ahead = t + STAGES - 1;
-        if (ahead < t_end) ISSUE(ahead, (ahead - t_begin) % STAGES)
+        if (ahead < t_end) ISSUE((ahead - t_begin) % STAGES)
         cp_commit();                             // empty groups too: the count stays exact
         COMPUTE((t - t_begin) % STAGES);
     }
@@ -299,14 +445,14 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     UNIT_T pa[LA], pb[LB];
 
 #if defined(MERGE_KW)
-#define FETCH_A(tap, c0)                                                                   \
+#define FETCH_A()                                                                          \
     for (int l = 0; l < LA; ++l) {                                                         \
-        const int iy = a_iy[l] + (tap) * DY;                                               \
-        const int c = (c0) + a_k[l];                                                       \
+        const int iy = a_iy[l] + cti * DY;                                                 \
+        const int c = cc0 + u_k;                                                           \
         const int pos = a_ix[l] * C + c;                                                   \
-        const int base = (a_pix[l] + iy * W) * C + pos;                                    \
+        const int base = a_base[l] + cti * DY * ROW + c;                                   \
         uint bits = 0u;                                                                    \
-        if (iy >= 0 && iy < H) {                                                           \
+        if ((uint)iy < (uint)H) {                                                          \
             for (int e = 0; e < ELEMS_PER_WORD; ++e)                                       \
                 if (c + e < CR && pos + e >= 0 && pos + e < ROW)                           \
                     bits |= ELEM_BITS(x, base + e) << (16 * e);                            \
@@ -314,31 +460,29 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         pa[l] = bits;                                                                      \
     }
 #elif UW == 4
-#define FETCH_A(tap, c0)                                                                   \
+#define FETCH_A()                                                                          \
     {                                                                                      \
-        const int ti = (tap) / KW;                                                         \
-        const int tj = (tap) - ti * KW;                                                    \
+        const int a_off = A_SLICE_OFF();                                                   \
+        const bool c_in = cc0 + u_k < C;                                                   \
         for (int l = 0; l < LA; ++l) {                                                     \
-            const int iy = a_iy[l] + ti * DY;                                              \
-            const int ix = a_ix[l] + tj * DX;                                              \
-            const int c = (c0) + a_k[l];                                                   \
+            const int iy = a_iy[l] + cti * DY;                                             \
+            const int ix = a_ix[l] + ctj * DX;                                             \
             pa[l] = UNIT_ZERO;                                                             \
-            if (iy >= 0 && iy < H && ix >= 0 && ix < W && c < C)                           \
-                pa[l] = *(__global const uint4*)(x + (a_pix[l] + iy * W + ix) * C + c);    \
+            if ((uint)iy < (uint)H && (uint)ix < (uint)W && c_in)                          \
+                pa[l] = *(__global const uint4*)(x + a_base[l] + a_off);                   \
         }                                                                                  \
     }
 #else
-#define FETCH_A(tap, c0)                                                                   \
+#define FETCH_A()                                                                          \
     {                                                                                      \
-        const int ti = (tap) / KW;                                                         \
-        const int tj = (tap) - ti * KW;                                                    \
+        const int a_off = A_SLICE_OFF();                                                   \
+        const int c = cc0 + u_k;                                                           \
         for (int l = 0; l < LA; ++l) {                                                     \
-            const int iy = a_iy[l] + ti * DY;                                              \
-            const int ix = a_ix[l] + tj * DX;                                              \
-            const int c = (c0) + a_k[l];                                                   \
+            const int iy = a_iy[l] + cti * DY;                                             \
+            const int ix = a_ix[l] + ctj * DX;                                             \
             uint bits = 0u;                                                                \
-            if (iy >= 0 && iy < H && ix >= 0 && ix < W) {                                  \
-                const int base = (a_pix[l] + iy * W + ix) * C + c;                         \
+            if ((uint)iy < (uint)H && (uint)ix < (uint)W) {                                \
+                const int base = a_base[l] + a_off;                                        \
                 for (int e = 0; e < ELEMS_PER_WORD; ++e)                                   \
                     if (c + e < C) bits |= ELEM_BITS(x, base + e) << (16 * e);             \
             }                                                                              \
@@ -348,32 +492,37 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #endif
 
 #if UW == 4
-#define FETCH_B(tap, c0)                                                                   \
-    for (int l = 0; l < LB; ++l) {                                                         \
-        const int c = (c0) + b_k[l];                                                       \
-        pb[l] = UNIT_ZERO;                                                                 \
-        if (b_base[l] >= 0 && c < CR)                                                      \
-            pb[l] = *(__global const uint4*)(w + b_base[l] + (tap) * CR + c);              \
+#define FETCH_B()                                                                          \
+    {                                                                                      \
+        const int b_off = B_SLICE_OFF();                                                   \
+        const bool c_in = cc0 + u_k < CR;                                                  \
+        for (int l = 0; l < LB; ++l) {                                                     \
+            pb[l] = UNIT_ZERO;                                                             \
+            if (b_base[l] >= 0 && c_in)                                                    \
+                pb[l] = *(__global const uint4*)(w + b_base[l] + b_off);                   \
+        }                                                                                  \
     }
 #else
-#define FETCH_B(tap, c0)                                                                   \
-    for (int l = 0; l < LB; ++l) {                                                         \
-        const int c = (c0) + b_k[l];                                                       \
-        uint bits = 0u;                                                                    \
-        if (b_base[l] >= 0)                                                                \
-            for (int e = 0; e < ELEMS_PER_WORD; ++e)                                       \
-                if (c + e < CR)                                                            \
-                    bits |= ELEM_BITS(w, b_base[l] + (tap) * CR + c + e) << (16 * e);      \
-        pb[l] = bits;                                                                      \
+#define FETCH_B()                                                                          \
+    {                                                                                      \
+        const int b_off = B_SLICE_OFF();                                                   \
+        const int c = cc0 + u_k;                                                           \
+        for (int l = 0; l < LB; ++l) {                                                     \
+            uint bits = 0u;                                                                \
+            if (b_base[l] >= 0)                                                            \
+                for (int e = 0; e < ELEMS_PER_WORD; ++e)                                   \
+                    if (c + e < CR)                                                        \
+                        bits |= ELEM_BITS(w, b_base[l] + b_off + e) << (16 * e);           \
+            pb[l] = bits;                                                                  \
+        }                                                                                  \
     }
 #endif
 
-#define FETCH(t)                                                                           \
+#define FETCH()                                                                            \
     {                                                                                      \
-        const int tap = (t) / CS;                                                          \
-        const int c0 = ((t) - tap * CS) * BKE;                                             \
-        FETCH_A(tap, c0)                                                                   \
-        FETCH_B(tap, c0)                                                                   \
+        FETCH_A()                                                                          \
+        FETCH_B()                                                                          \
+        ADVANCE()                                                                          \
     }
 
 #if defined(MATH_TF32) && UW == 4
@@ -395,20 +544,20 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     {                                                                                      \
         __local uint* dst = smem + (s) * STAGE_WORDS;                                      \
         for (int l = 0; l < LA; ++l)                                                       \
-            if (a_word[l] >= 0) PUT(dst, a_word[l], pa[l]);                                \
+            if (A_UNIT_OK(l)) PUT(dst, UNIT_WORD(u_row, l), pa[l]);                        \
         for (int l = 0; l < LB; ++l)                                                       \
-            if (b_word[l] >= 0) PUT(dst, b_word[l], pb[l]);                                \
+            if (B_UNIT_OK(l)) PUT(dst + BM * SW, UNIT_WORD(u_row, l), pb[l]);              \
     }
 
     if (t_begin < t_end) {
-        FETCH(t_begin)
+        FETCH()
         STORE_STAGE(0)
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int t = t_begin; t < t_end; ++t) {
         const int cur = STAGES == 2 ? ((t - t_begin) & 1) : 0;
         const bool more = t + 1 < t_end;
-        if (more) FETCH(t + 1)
+        if (more) FETCH()
         COMPUTE(cur);
 #if STAGES == 1
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -420,20 +569,38 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     }
 #endif
 
+    // The epilogue: d0, d1 (and d2, d3) are columns 2t, 2t+1 of one row, so where N is even
+    // (the pair's index even, in bounds together) they leave as one 8-byte (float) or 4-byte
+    // (two halves) store; else one by one.
     if (splits > 1) part += (long)split * M * N;
+    const bool pairs = (N & 1) == 0;
 #pragma unroll
     for (int i = 0; i < FM; ++i) {
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int m = m0 + wm * WTM + i * 16 + g + 8 * (r >> 1);
-                const int col = n0 + wn * WTN + j * 8 + 2 * t4 + (r & 1);
+            for (int h = 0; h < 2; ++h) {
+                const int m = m0 + wm * WTM + i * 16 + g + 8 * h;
+                const int col = n0 + wn * WTN + j * 8 + 2 * t4;
+                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
                 if (m >= M || col >= N) continue;
-                if (splits > 1)
-                    part[m * N + col] = acc[i][j][r];
-                else
-                    finish_store(acc[i][j][r], bias, col, y, m * N + col);
+                const int at = m * N + col;
+                if (pairs && splits > 1) {
+                    *(__global float2*)(part + at) = (float2)(v0, v1);
+                } else if (pairs) {
+                    finish_store_pair(v0, v1, bias, col, y, at);
+                } else {
+                    if (splits > 1)
+                        part[at] = v0;
+                    else
+                        finish_store(v0, bias, col, y, at);
+                    if (col + 1 < N) {
+                        if (splits > 1)
+                            part[at + 1] = v1;
+                        else
+                            finish_store(v1, bias, col + 1, y, at + 1);
+                    }
+                }
             }
         }
     }

@@ -35,6 +35,44 @@
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #endif
 
+// ldmatrix (sm_75+, covered by the probe's >= 8.0): LDSM_X4 loads four 8x8 matrices of b16
+// from local memory, each 8 rows of 16 bytes = 4 words; lane l receives word l % 4 of row l / 4
+// of each, which is one mma fragment register (row g, word t) for TF32 words and for pairs of
+// halves alike (a 32-bit word moves whole: two b16 side by side). Lanes 8q..8q+7 name the rows
+// of matrix q: ROW_WORD(L), a function-like macro of the lane, is the word offset in `src` of
+// the row that lane L names (16-byte aligned). LDSM_X2: matrices 0 and 1 only (lanes 0..15).
+// Emulated, each lane reads its word from the row that the naming lane would have given.
+
+#if defined(MMA_EMULATE)
+
+#define LDSM_X4(d0, d1, d2, d3, src, ROW_WORD)                                              \
+    {                                                                                       \
+        const int lt_ = lane & 3, lg_ = lane >> 2;                                          \
+        (d0) = (src)[ROW_WORD(lg_) + lt_];                                                  \
+        (d1) = (src)[ROW_WORD(8 + lg_) + lt_];                                              \
+        (d2) = (src)[ROW_WORD(16 + lg_) + lt_];                                             \
+        (d3) = (src)[ROW_WORD(24 + lg_) + lt_];                                             \
+    }
+#define LDSM_X2(d0, d1, src, ROW_WORD)                                                      \
+    {                                                                                       \
+        const int lt_ = lane & 3, lg_ = lane >> 2;                                          \
+        (d0) = (src)[ROW_WORD(lg_) + lt_];                                                  \
+        (d1) = (src)[ROW_WORD(8 + lg_) + lt_];                                              \
+    }
+
+#else
+
+#define LDSM_X4(d0, d1, d2, d3, src, ROW_WORD)                                              \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"            \
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3)                                   \
+                 : "r"((uint)(size_t)((src) + ROW_WORD(lane))))
+#define LDSM_X2(d0, d1, src, ROW_WORD)                                                      \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"                  \
+                 : "=r"(d0), "=r"(d1)                                                       \
+                 : "r"((uint)(size_t)((src) + ROW_WORD(lane))))
+
+#endif
+
 #if defined(MMA_EMULATE)
 
 inline uint to_tf32(float f) {

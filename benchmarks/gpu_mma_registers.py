@@ -1,0 +1,87 @@
+"""Registers, spills and local memory of the tensor-core kernel's builds, as NVIDIA's compiler
+reports them (``-cl-nv-verbose``: ptxas's own "Used N registers, ... spill stores" lines),
+for each declared mma tile, both pipelines and both fragment loads, on one ResNet-50 layer.
+A spilling or register-starved build explains a slow variant that timings alone cannot.
+
+    python3 benchmarks/gpu_mma_registers.py [--budget-s 60] [--out registers.txt]
+
+Needs an NVIDIA OpenCL device (elsewhere it says so and exits 0). Builds only, runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# a cached binary comes without the compiler's log: build from source every time
+os.environ["PYOPENCL_NO_CACHE"] = "1"
+os.environ["CUDA_CACHE_DISABLE"] = "1"
+
+from convsel.algorithms.implicit_gemm import MMA_TILES  # noqa: E402
+from convsel.backends.opencl import get_runtime, mma  # noqa: E402
+from convsel.backends.opencl import implicit_gemm_mma as igm  # noqa: E402
+from convsel.backends.opencl import program as prog  # noqa: E402
+from convsel.problem import ConvProblem  # noqa: E402
+
+LAYER = ConvProblem(32, 14, 14, 256, 256, 3, 3, pad=1)      # ResNet-50 layer3.x.conv2
+PTXAS_LINE = re.compile(r"(entry function '\w+'|Used \d+ registers.*|\d+ bytes stack frame.*)")
+
+
+def build_log(runtime, source: str, options: list[str]) -> str:
+    import pyopencl as cl
+
+    program = cl.Program(runtime.context, source).build(options=options)
+    return str(program.get_build_info(runtime.device, cl.program_build_info.LOG))
+
+
+def report(log: str) -> str:
+    found = [m.group(1).strip() for m in PTXAS_LINE.finditer(log)]
+    return "; ".join(found) if found else f"(no ptxas lines; log: {log.strip()[:300]!r})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-s", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    runtime = get_runtime(None)
+    if not mma.tensor_cores(runtime).ok:
+        print(f"no tensor cores here: {mma.tensor_cores(runtime).reason}")
+        return 0
+    source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
+                                 after=("splitk",))
+    started, lines = time.perf_counter(), []
+    cases = [(m, t, load, ldsm) for ldsm in (True, False) for m in mma.MATH_MODES
+             for t in MMA_TILES for load in ("registers", "async")
+             if ldsm or t in ((128, 64, 2, 2), (128, 128, 2, 2))]
+    for math_mode, tile, load, ldsm in cases:
+        if time.perf_counter() - started > args.budget_s:
+            lines.append(f"budget ran out before {math_mode} {tile} {load} ldmatrix={ldsm}")
+            break
+        p = LAYER.replace(dtype="F16" if math_mode == "f16" else "F32", fast_math=True)
+        params = {"math": math_mode, "mma": tile, "load": load}
+        verdict = igm.supports(p, params, runtime)
+        if not verdict.ok:
+            lines.append(f"{math_mode} {tile} {load}: not run here: {verdict.reason}")
+            continue
+        igm.LDMATRIX = ldsm
+        config = igm.configure(p, params, runtime)
+        options = igm.build_options(p, config, None, emulate=False)
+        log = build_log(runtime, source, [*options, "-cl-nv-verbose"])
+        lines.append(f"{math_mode} mma={'x'.join(map(str, tile))} {load} slice={config.slice_words}"
+                     f" stages={config.stages} ldmatrix={int(ldsm)}: {report(log)}")
+        print(lines[-1], flush=True)
+    igm.LDMATRIX = True
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
