@@ -213,8 +213,8 @@ def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
     # 8 layer/math pairs, benchmarks/NOTES-gpu.md), except one variant staged by cp.async
     # where 16-byte loads fit C (the backend refuses it otherwise)
     tc = [{"math": math_mode, "mma": t} for t in tiles]
-    merged_taps = p.dilation[1] == 1 and p.kw > 1 and p.c < 8      # loaded word by word
-    if p.c % (4 * (2 if math_mode == "f16" else 1)) == 0 and not merged_taps:
+    flat = p.kh * p.kw > 1 and p.c < 8          # one flat reduction, loaded word by word
+    if p.c % (4 * (2 if math_mode == "f16" else 1)) == 0 and not flat:
         tc.append({"math": math_mode, "mma": tiles[1 if len(tiles) > 1 else 0],
                    "load": "async"})
     return tc

@@ -48,6 +48,13 @@ EMULATE_WITHOUT_TENSOR_CORES = False
 # fragments, 16-byte swizzle) rather than by 64-bit loads of word pairs. A knob only for the
 # ablation in benchmarks/gpu.py and for tests that check both layouts; always on in use.
 LDMATRIX = True
+# ptxas's register cap per work-item (-cl-nv-maxrregcount), or None for the compiler's own
+# choice. A knob only for the ablation in benchmarks/gpu.py (fewer registers, more work-groups
+# per SM, against spills); never set in use.
+MAX_REGISTERS: int | None = None
+# The packed 16-bit input row/column of each staged row (kernels/implicit_gemm_mma.cl: a_yx)
+# and its past-M marker -2^14 need maps, padding and kernel extents below 2^14.
+MAX_EXTENT = 1 << 14
 ALGORITHM = "implicit_gemm"
 
 
@@ -61,8 +68,9 @@ class MmaConfig:
     load: str                 # "async" (cp.async) or "registers"
     stages: int
     unit_words: int           # 4: 16-byte loads; 1: one word (any channel count)
-    merge_kw: bool
+    flat: bool                # the whole reduction as one tap (few channels: the stem)
     splits: int
+    slices: int               # of the whole reduction (all splits)
 
     @property
     def threads(self) -> int:
@@ -96,18 +104,35 @@ def default_splits(runtime: Runtime, m: int, n: int, tile: MmaTile, slices: int)
     return max(1, min(want // groups, slices // 8, MAX_SPLITS))
 
 
-def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int) -> tuple[int, str, int]:
+def flat_reduction(p: ConvProblem) -> bool:
+    """Few channels (the RGB stem): one tap of C elements would fill a slice of 16-64 with
+    zeros, so the kernel runs the whole KH*KW*C reduction as one tap, padded once at its end."""
+    return p.kh * p.kw > 1 and p.c < 8
+
+
+def least_padding_slices(reduction: int, per_word: int) -> list[int]:
+    """The slice widths (words) ordered by the zero padding they add to a flat reduction of
+    ``reduction`` elements, the wider first among equals (fewer barriers)."""
+    def padded(words: int) -> int:
+        return -(-reduction // (words * per_word)) * words * per_word
+    return sorted(sorted(MMA_SLICES, reverse=True), key=padded)
+
+
+def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,
+             widths: list[int] | None = None) -> tuple[int, str, int]:
     """(slice words, load, stages): what ``params`` name, the rest chosen: registers unless
     cp.async is named (on the H100 registers were faster on 7 of 8 layer/math pairs,
-    benchmarks/NOTES-gpu.md), the widest slice that still leaves two stages, and as many
-    stages as local memory holds (registers 2, cp.async up to 4)."""
+    benchmarks/NOTES-gpu.md), the first of ``widths`` (default: the widest slice) that still
+    leaves two stages, and as many stages as local memory holds (registers 2, cp.async up
+    to 4)."""
     load = params.get("load") or "registers"
     most = 4 if load == "async" else 2
     named = params.get("slice")
-    for slice_words in [int(named)] if named else sorted(MMA_SLICES, reverse=True):
+    widths = widths or sorted(MMA_SLICES, reverse=True)
+    for slice_words in [int(named)] if named else widths:
         fit = limit // mma_stage_bytes(tile, slice_words)
         stages = int(params.get("stages") or max(1, min(most, fit)))
-        if named or slice_words == min(MMA_SLICES) or 2 <= stages <= fit:
+        if named or slice_words == widths[-1] or 2 <= stages <= fit:
             return slice_words, str(load), stages
     raise AssertionError("unreachable: the narrowest slice always returns")
 
@@ -126,24 +151,35 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
     tile: MmaTile = (tuple(int(v) for v in asked) if asked is not None  # type: ignore[assignment]
                      else default_tile(runtime, m, p.k))
     per_word = elements_per_word(math_mode)
-    merge = p.dilation[1] == 1 and p.kw > 1 and p.c < 8
-    unit = 4 if not merge and p.c % (4 * per_word) == 0 else 1
-    slice_words, load, stages = pipeline(tile, resolved, int(runtime.device.local_mem_size))
+    flat = flat_reduction(p)
+    reduction = p.kh * p.kw * p.c
+    extent = max(p.h, p.w) + max(p.pad) + max((p.kh - 1) * p.dilation[0],
+                                              (p.kw - 1) * p.dilation[1])
+    if extent >= MAX_EXTENT:
+        raise UnsupportedError(f"the tensor-core kernel packs input rows and columns in 16 "
+                               f"bits: H={p.h}, W={p.w} with padding {p.pad} and kernel "
+                               f"{p.kh}x{p.kw} reach {extent}, at most {MAX_EXTENT - 1}",
+                               algorithm=ALGORITHM, backend="opencl")
+    unit = 4 if not flat and p.c % (4 * per_word) == 0 else 1
+    widths = least_padding_slices(reduction, per_word) if flat else None
+    slice_words, load, stages = pipeline(tile, resolved, int(runtime.device.local_mem_size),
+                                         widths)
     if load == "async" and unit != 4:
         raise UnsupportedError(f"load 'async' copies 16 bytes: C={p.c} is not a multiple of "
                                f"{4 * per_word}", algorithm=ALGORITHM, backend="opencl")
     if not (2 <= stages <= 4 if load == "async" else 1 <= stages <= 2):
         raise UnsupportedError(f"load {load!r} with {stages} stage(s): async keeps 2 to 4, "
                                "registers 1 or 2", algorithm=ALGORITHM, backend="opencl")
-    per_tap = p.kw * p.c if merge else p.c
-    slices = (p.kh if merge else p.kh * p.kw) * -(-per_tap // (slice_words * per_word))
+    per_tap = reduction if flat else p.c
+    slices = (1 if flat else p.kh * p.kw) * -(-per_tap // (slice_words * per_word))
     split = resolved.get("split")
     splits = int(split) if split is not None else default_splits(runtime, m, p.k, tile,
                                                                  slices)
     if not 1 <= splits <= slices:
         raise UnsupportedError(f"split {splits}: the reduction has {slices} slices; choose "
                                f"1..{slices}", algorithm=ALGORITHM, backend="opencl")
-    return MmaConfig(math_mode, tile, slice_words, load, stages, unit, merge, splits)
+    return MmaConfig(math_mode, tile, slice_words, load, stages, unit, flat, splits,
+                     slices)
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
@@ -195,8 +231,10 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
                f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}",
                f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
-    options += ["-DMERGE_KW"] if config.merge_kw else []
+    options += ["-DFLAT", f"-DCIN={p.c}"] if config.flat else []
     options += ["-DMMA_EMULATE"] if emulate else []
+    if MAX_REGISTERS is not None and not emulate:
+        options.append(f"-cl-nv-maxrregcount={MAX_REGISTERS}")
     return options
 
 

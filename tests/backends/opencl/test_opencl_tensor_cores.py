@@ -205,16 +205,19 @@ def _run(p, params, runtime, seed=0, emulate=False):
     return x, w, b, y, kernel
 
 
-EMULATED = [   # small shapes reaching every path: vector and word loads, merged taps, tails
+EMULATED = [   # small shapes reaching every path: vector and word loads, flat reductions, tails
     ConvProblem(2, 9, 7, 16, 40, 3, 3, pad=1, activation="relu", fast_math=True),
     ConvProblem(1, 11, 10, 5, 10, 3, 2, stride=(2, 1), pad=(1, 0, 1, 1), dilation=(2, 1),
                 fast_math=True),
-    ConvProblem(1, 15, 13, 3, 16, 7, 7, stride=2, pad=3, fast_math=True),        # merged taps
+    ConvProblem(1, 15, 13, 3, 16, 7, 7, stride=2, pad=3, fast_math=True),        # flat reduction
     ConvProblem(2, 6, 6, 24, 12, 1, 1, stride=2, fast_math=True),
     ConvProblem(2, 9, 7, 16, 40, 3, 3, pad=1, activation="relu", dtype="F16"),
     ConvProblem(1, 11, 10, 5, 10, 3, 2, stride=(2, 1), pad=(1, 0, 1, 1), dilation=(2, 1),
                 dtype="F16"),
     ConvProblem(1, 15, 13, 3, 16, 7, 7, stride=2, pad=3, dtype="F16"),
+    # flat reduction with dilated taps in both directions, R = 36 (not a whole slice)
+    ConvProblem(1, 12, 14, 4, 16, 3, 3, pad=2, dilation=2, fast_math=True),
+    ConvProblem(1, 12, 14, 3, 16, 3, 3, pad=2, dilation=2, dtype="F16"),
 ]
 
 
@@ -246,6 +249,9 @@ def test_emulated_kernel_matches_float64_to_float32_accuracy(rt, p):
              {"mma": (32, 32, 1, 1), "stages": 1, "slice": 16}]
     for extra in cases:
         params = {"math": _math(p), **extra}
+        if "split" in extra:    # a flat reduction of R <= 32 halves is one slice: no split
+            one = igm.configure(p, {**params, "split": 1}, rt, emulate=True)
+            params["split"] = min(extra["split"], one.slices)
         x, w, b, y, kernel = _run(p, params, rt, emulate=True)
         splits = igm.configure(p, params, rt, emulate=True).splits
         _tight_check(p, params, rt, x, w, b, y, splits)

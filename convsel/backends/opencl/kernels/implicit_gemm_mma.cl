@@ -22,13 +22,16 @@
 //   (zero-filled for padding and tails), no registers in between; TF32 words are rounded when
 //   fragments are loaded. One barrier per slice.
 // UW = 4 loads 16 bytes at a time (C a multiple of 4 floats or 8 halves); UW = 1 one word
-// (one float, or two halves fetched one by one), for any C. MERGE_KW (UW = 1, unit DX, few
-// channels: the 7x7 RGB stem) takes a kernel row's KW taps as one tap of KW*C channels.
+// (one float, or two halves fetched one by one), for any C. FLAT (UW = 1, few channels: the
+// 7x7 RGB stem) runs the whole reduction r = (i*KW + j)*C + c as one tap of R = KH*KW*C
+// elements, zero-padded to whole slices only at its end (R = 147 takes 160 in slices of 16 or
+// 32 channels, where one tap per slice took 7*32 or 7*64): each element's tap is decoded from
+// r, with C known at build time (CIN) so that the divisions are by constants.
 // Split-K (splits > 1): group z sums its share of the slices into part[z][M][N]; splitk.cl
 // adds them up and applies the epilogue.
 //
 // Build options: MATH_TF32 | MATH_F16, DATA_F32 | DATA_F16 (storage; halves move as bits),
-// BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, MERGE_KW, ACT*, HAS_BIAS,
+// BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, FLAT and CIN, ACT*, HAS_BIAS,
 // MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code). Local size (32*WARPS_M*WARPS_N, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
@@ -50,8 +53,8 @@
 #if WTM % 16 || WTN % 8 || BM % WARPS_M || BN % WARPS_N
 #error "each warp's tile must be whole 16x8 fragments"
 #endif
-#if defined(MERGE_KW) && UW != 1
-#error "MERGE_KW gathers one word at a time: UW must be 1"
+#if defined(FLAT) && (UW != 1 || !defined(CIN))
+#error "FLAT gathers one word at a time (UW 1) and needs C at build time (CIN)"
 #endif
 #if ASYNC && UW != 4
 #error "cp.async copies 16 bytes: ASYNC needs UW 4"
@@ -315,11 +318,10 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     const int m0 = get_group_id(1) * BM;
     const int split = get_group_id(2);
 
-#if defined(MERGE_KW)
-    const int TAPS = KH;
-    const int TAP_COLS = 1;           // a tap is a kernel row
-    const int CR = KW * C;            // channels of one (merged) tap
-    const int ROW = W * C;            // elements of one input row
+#if defined(FLAT)
+    const int TAPS = 1;
+    const int TAP_COLS = 1;
+    const int CR = KH * KW * CIN;     // the one tap: the whole reduction
 #else
     const int TAPS = KH * KW;
     const int TAP_COLS = KW;
@@ -334,25 +336,28 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     // This work-item's load units (see RSTEP): rows u_row + l RSTEP, word u_col, element
     // u_k of the slice. A: each row's pixel decoded once, as the element offset of its input
     // pixel (tap 0, channel 0; negative where it lies in the padding) and its input row and
-    // column; a_iy = -2^30 marks a row past M (or no unit). B: output channel n0 + row, its
-    // weights from w + b_base (-1: past N).
+    // column packed as two 16-bit halves of a_yx (one register per row instead of two: the
+    // host refuses maps of 2^14 rows or columns); row -2^14 marks a row past M (or no unit),
+    // out of bounds at every tap. B: output channel n0 + row, its weights from w + b_base
+    // (-1: past N).
     const int u_row = tid / UPR;
     const int u_col = (tid - u_row * UPR) * UW;
     const int u_k = u_col * ELEMS_PER_WORD;
-    int a_base[LA], a_iy[LA], a_ix[LA];
+    int a_base[LA], a_yx[LA];
+#define A_IY(l) (a_yx[l] >> 16)
+#define A_IX(l) ((int)(short)(a_yx[l] & 0xffff))
     for (int l = 0; l < LA; ++l) {
         const int m = m0 + u_row + l * RSTEP;
         a_base[l] = 0;
-        a_iy[l] = -(1 << 30);
-        a_ix[l] = 0;
+        a_yx[l] = (int)(0xc000u << 16);
         if (A_UNIT_OK(l) && m < M) {
             const int img = m / (OH * OW);
             const int rest = m - img * (OH * OW);
             const int oy = rest / OW;
             const int ox = rest - oy * OW;
-            a_iy[l] = oy * SY - PT;
-            a_ix[l] = ox * SX - PL;
-            a_base[l] = ((img * H + a_iy[l]) * W + a_ix[l]) * C;
+            const int iy0 = oy * SY - PT, ix0 = ox * SX - PL;
+            a_yx[l] = (int)(((uint)iy0 << 16) | ((uint)ix0 & 0xffffu));
+            a_base[l] = ((img * H + iy0) * W + ix0) * C;
         }
     }
     int b_base[LB];
@@ -412,8 +417,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         const bool c_in = cc0 + u_k < C;                                                   \
         for (int l = 0; l < LA; ++l) {                                                     \
             if (!A_UNIT_OK(l)) continue;                                                   \
-            const int iy = a_iy[l] + cti * DY;                                             \
-            const int ix = a_ix[l] + ctj * DX;                                             \
+            const int iy = A_IY(l) + cti * DY;                                             \
+            const int ix = A_IX(l) + ctj * DX;                                             \
             const bool in = (uint)iy < (uint)H && (uint)ix < (uint)W && c_in;              \
             const __global ELEM_T* src = in ? x + a_base[l] + a_off : x;                   \
             cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0); \
@@ -444,20 +449,31 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     // -- registers: fetch the next slice while the current one is multiplied ----------------
     UNIT_T pa[LA], pb[LB];
 
-#if defined(MERGE_KW)
+#if defined(FLAT)
+    // Element e of this work-item's word is reduction index r = cc0 + u_k + e (the same for
+    // all its rows): decoded once per slice into the tap's input row and column offsets and
+    // its element offset; each row then checks its own pixel's bounds.
 #define FETCH_A()                                                                          \
-    for (int l = 0; l < LA; ++l) {                                                         \
-        const int iy = a_iy[l] + cti * DY;                                                 \
-        const int c = cc0 + u_k;                                                           \
-        const int pos = a_ix[l] * C + c;                                                   \
-        const int base = a_base[l] + cti * DY * ROW + c;                                   \
-        uint bits = 0u;                                                                    \
-        if ((uint)iy < (uint)H) {                                                          \
-            for (int e = 0; e < ELEMS_PER_WORD; ++e)                                       \
-                if (c + e < CR && pos + e >= 0 && pos + e < ROW)                           \
-                    bits |= ELEM_BITS(x, base + e) << (16 * e);                            \
+    {                                                                                      \
+        int e_dy[ELEMS_PER_WORD], e_dx[ELEMS_PER_WORD], e_off[ELEMS_PER_WORD];            \
+        for (int e = 0; e < ELEMS_PER_WORD; ++e) {                                         \
+            const int r = cc0 + u_k + e;                                                   \
+            const int tap = r / CIN;                                                       \
+            const int ti = tap / KW;                                                       \
+            e_dx[e] = (tap - ti * KW) * DX;                                                \
+            e_off[e] = (ti * DY * W + e_dx[e]) * CIN + (r - tap * CIN);                    \
+            e_dy[e] = r < CR ? ti * DY : 1 << 15;         /* past R: below every row */    \
         }                                                                                  \
-        pa[l] = bits;                                                                      \
+        for (int l = 0; l < LA; ++l) {                                                     \
+            uint bits = 0u;                                                                \
+            for (int e = 0; e < ELEMS_PER_WORD; ++e) {                                     \
+                const int iy = A_IY(l) + e_dy[e];                                          \
+                const int ix = A_IX(l) + e_dx[e];                                          \
+                if ((uint)iy < (uint)H && (uint)ix < (uint)W)                              \
+                    bits |= ELEM_BITS(x, a_base[l] + e_off[e]) << (16 * e);                \
+            }                                                                              \
+            pa[l] = bits;                                                                  \
+        }                                                                                  \
     }
 #elif UW == 4
 #define FETCH_A()                                                                          \
@@ -465,8 +481,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         const int a_off = A_SLICE_OFF();                                                   \
         const bool c_in = cc0 + u_k < C;                                                   \
         for (int l = 0; l < LA; ++l) {                                                     \
-            const int iy = a_iy[l] + cti * DY;                                             \
-            const int ix = a_ix[l] + ctj * DX;                                             \
+            const int iy = A_IY(l) + cti * DY;                                             \
+            const int ix = A_IX(l) + ctj * DX;                                             \
             pa[l] = UNIT_ZERO;                                                             \
             if ((uint)iy < (uint)H && (uint)ix < (uint)W && c_in)                          \
                 pa[l] = *(__global const uint4*)(x + a_base[l] + a_off);                   \
@@ -478,8 +494,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         const int a_off = A_SLICE_OFF();                                                   \
         const int c = cc0 + u_k;                                                           \
         for (int l = 0; l < LA; ++l) {                                                     \
-            const int iy = a_iy[l] + cti * DY;                                             \
-            const int ix = a_ix[l] + ctj * DX;                                             \
+            const int iy = A_IY(l) + cti * DY;                                             \
+            const int ix = A_IX(l) + ctj * DX;                                             \
             uint bits = 0u;                                                                \
             if ((uint)iy < (uint)H && (uint)ix < (uint)W) {                                \
                 const int base = a_base[l] + a_off;                                        \
