@@ -491,30 +491,25 @@ def print_row(layer: Layer, batch: int, row: dict[str, Any]) -> None:
 
 # -- what each step of the tensor-core pipeline buys -------------------------------------------
 ABLATION_TILE = (128, 64, 2, 2)
-ABLATION_STEPS = (   # (name, params, ldmatrix): the previous kernel's best, then this one's
-    ("pairs, registers, 32w, 2 stages", {"load": "registers", "slice": 32, "stages": 2}, False),
-    ("ldmatrix, registers, 32w, 2 stages", {"load": "registers", "slice": 32, "stages": 2},
-     True),
-    ("ldmatrix, registers, 16w, 2 stages", {"load": "registers", "slice": 16, "stages": 2},
-     True),
-    ("ldmatrix, cp.async, 16w, 4 stages", {"load": "async", "slice": 16, "stages": 4}, True),
-    ("ldmatrix, cp.async, 32w, 2 stages", {"load": "async", "slice": 32, "stages": 2}, True),
-    ("pairs, 128x128x2x2 registers", {"mma": (128, 128, 2, 2), "load": "registers"}, False),
-    ("ldmatrix, 128x128x2x2 registers", {"mma": (128, 128, 2, 2), "load": "registers"}, True),
-    ("ldmatrix, 128x128x2x2 cp.async", {"mma": (128, 128, 2, 2), "load": "async"}, True),
+ABLATION_STEPS = (   # (name, params, register cap): v4's register caps and the two big tiles
+    ("registers (default pipeline)", {"load": "registers"}, None),
+    ("registers, cap 168 (3 groups/SM)", {"load": "registers"}, 168),
+    ("registers, cap 128 (4 groups/SM)", {"load": "registers"}, 128),
+    ("128x128x2x2 registers", {"mma": (128, 128, 2, 2), "load": "registers"}, None),
+    ("128x128x2x2 registers, cap 168", {"mma": (128, 128, 2, 2), "load": "registers"}, 168),
 )
-ABLATION_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}.conv1",
-                   "layer4.0.downsample")
+ABLATION_LAYERS = ("conv1", "layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2",
+                   "layer3.{1..5}.conv1", "layer4.0.downsample")
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
              ) -> list[dict[str, Any]]:
     """Each step of :data:`ABLATION_STEPS` (tile :data:`ABLATION_TILE` unless it names one;
-    fragments by ldmatrix or by 64-bit pair loads), on a few ResNet-50 layers at batch 32, in
-    TF32 and F16: kernel ms, checked like every candidate."""
+    ptxas's register cap, -cl-nv-maxrregcount, where one is named), on a few ResNet-50 layers
+    at batch 32, in TF32 and F16: kernel ms, checked like every candidate."""
     from convsel.backends.opencl import implicit_gemm_mma as igm
 
-    default = igm.LDMATRIX
+    default = igm.MAX_REGISTERS
     layers, _ = load_layers(None, ["resnet50"])
     chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in ABLATION_LAYERS)]
     rng = np.random.default_rng(1)
@@ -528,19 +523,19 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(npd)
             ref, scale = reference64(torch, p, x, w)
             times = {}
-            for name, step, ldmatrix in ABLATION_STEPS:
+            for name, step, cap in ABLATION_STEPS:
                 params = {"math": math_mode, "mma": ABLATION_TILE, **step}
-                igm.LDMATRIX = ldmatrix
+                igm.MAX_REGISTERS = cap
                 try:
                     r = run_candidate(torch, p, "implicit_gemm", params, runtime, x, w, ref,
                                       scale, args.repeats)
                 except ConvselError as exc:
                     r = {"failed": str(exc)}
                 finally:
-                    igm.LDMATRIX = default
+                    igm.MAX_REGISTERS = default
                 times[name] = r.get("kernel_s") if r.get("correct") else None
                 rows.append({"layer": layer.name, "math": math_mode, "step": name,
-                             "ldmatrix": ldmatrix, **r})
+                             "max_registers": cap, **r})
             del ref, scale
             cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
             print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)

@@ -1,6 +1,7 @@
 """Registers, spills and local memory of the tensor-core kernel's builds, as NVIDIA's compiler
 reports them (``-cl-nv-verbose``: ptxas's own "Used N registers, ... spill stores" lines),
-for each declared mma tile, both pipelines and both fragment loads, on one ResNet-50 layer.
+for each declared mma tile and both pipelines on one ResNet-50 layer, the two big tiles under
+register caps, and the stem's flat reduction.
 A spilling or register-starved build explains a slow variant that timings alone cannot.
 
     python3 benchmarks/gpu_mma_registers.py [--budget-s 60] [--out registers.txt]
@@ -30,6 +31,8 @@ from convsel.backends.opencl import program as prog  # noqa: E402
 from convsel.problem import ConvProblem  # noqa: E402
 
 LAYER = ConvProblem(32, 14, 14, 256, 256, 3, 3, pad=1)      # ResNet-50 layer3.x.conv2
+STEM = ConvProblem(32, 224, 224, 3, 64, 7, 7, stride=2, pad=3)   # conv1: the flat reduction
+CAPS = (168, 128)         # -cl-nv-maxrregcount: 3 and 4 work-groups of 128 per SM
 PTXAS_LINE = re.compile(r"(entry function '\w+'|Used \d+ registers.*|\d+ bytes stack frame.*)")
 
 
@@ -57,27 +60,36 @@ def main(argv: list[str] | None = None) -> int:
     source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
                                  after=("splitk",))
     started, lines = time.perf_counter(), []
-    cases = [(m, t, load, ldsm) for ldsm in (True, False) for m in mma.MATH_MODES
-             for t in MMA_TILES for load in ("registers", "async")
-             if ldsm or t in ((128, 64, 2, 2), (128, 128, 2, 2))]
-    for math_mode, tile, load, ldsm in cases:
+    big = ((128, 64, 2, 2), (128, 128, 2, 2))
+    # (layer, math, tile, load, register cap): every tile and pipeline on layer3's 3x3, the
+    # two big tiles under each cap, and the stem's flat reduction on every tile
+    cases = [("layer3.conv2", LAYER, m, t, load, None) for m in mma.MATH_MODES
+             for t in MMA_TILES for load in ("registers", "async")]
+    cases += [("layer3.conv2", LAYER, m, t, "registers", cap) for m in mma.MATH_MODES
+              for t in big for cap in CAPS]
+    cases += [("conv1", STEM, m, t, "registers", None) for m in mma.MATH_MODES
+              for t in MMA_TILES]
+    for name, layer, math_mode, tile, load, cap in cases:
+        what = f"{name} {math_mode} mma={'x'.join(map(str, tile))} {load} cap={cap}"
         if time.perf_counter() - started > args.budget_s:
-            lines.append(f"budget ran out before {math_mode} {tile} {load} ldmatrix={ldsm}")
+            lines.append(f"budget ran out before {what}")
             break
-        p = LAYER.replace(dtype="F16" if math_mode == "f16" else "F32", fast_math=True)
+        p = layer.replace(dtype="F16" if math_mode == "f16" else "F32", fast_math=True)
         params = {"math": math_mode, "mma": tile, "load": load}
         verdict = igm.supports(p, params, runtime)
         if not verdict.ok:
-            lines.append(f"{math_mode} {tile} {load}: not run here: {verdict.reason}")
+            lines.append(f"{what}: not run here: {verdict.reason}")
             continue
-        igm.LDMATRIX = ldsm
-        config = igm.configure(p, params, runtime)
-        options = igm.build_options(p, config, None, emulate=False)
+        igm.MAX_REGISTERS = cap
+        try:
+            config = igm.configure(p, params, runtime)
+            options = igm.build_options(p, config, None, emulate=False)
+        finally:
+            igm.MAX_REGISTERS = None
         log = build_log(runtime, source, [*options, "-cl-nv-verbose"])
-        lines.append(f"{math_mode} mma={'x'.join(map(str, tile))} {load} slice={config.slice_words}"
-                     f" stages={config.stages} ldmatrix={int(ldsm)}: {report(log)}")
+        lines.append(f"{what} slice={config.slice_words} stages={config.stages}: "
+                     f"{report(log)}")
         print(lines[-1], flush=True)
-    igm.LDMATRIX = True
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
     return 0
