@@ -61,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
                                  after=("splitk",))
     started, lines = time.perf_counter(), []
     big = ((128, 64, 2, 2), (128, 128, 2, 2))
-    # (layer, math, tile, load, register cap): every tile and pipeline on layer3's 3x3, the
-    # two big tiles under each cap, and the stem's flat reduction on every tile
-    cases = [("layer3.conv2", LAYER, m, t, load, None) for m in mma.MATH_MODES
-             for t in MMA_TILES for load in ("registers", "async")]
+    # (layer, math, tile, load, register cap): the stem's flat reduction on every tile, every
+    # tile and pipeline on layer3's 3x3, then the two big tiles under each cap
+    cases = [("conv1", STEM, m, t, "registers", None) for m in mma.MATH_MODES
+             for t in MMA_TILES]
+    cases += [("layer3.conv2", LAYER, m, t, load, None) for m in mma.MATH_MODES
+              for t in MMA_TILES for load in ("registers", "async")]
     cases += [("layer3.conv2", LAYER, m, t, "registers", cap) for m in mma.MATH_MODES
               for t in big for cap in CAPS]
-    cases += [("conv1", STEM, m, t, "registers", None) for m in mma.MATH_MODES
-              for t in MMA_TILES]
     for name, layer, math_mode, tile, load, cap in cases:
         what = f"{name} {math_mode} mma={'x'.join(map(str, tile))} {load} cap={cap}"
         if time.perf_counter() - started > args.budget_s:
