@@ -78,7 +78,7 @@ if [ "$given_paths" -eq 1 ]; then
   pytest_run "$@"
   exit $?
 fi
-pytest_run -n auto "${PARALLEL[@]}" "$@"
+pytest_run -n auto --dist worksteal "${PARALLEL[@]}" "$@"
 first=$?
 mypy_verdict || exit 1
 pytest_run "${PARALLEL[@]/#/--ignore=}" "$@"
