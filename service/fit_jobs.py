@@ -104,23 +104,25 @@ class FitRunner:
                 job = self._queue.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if self._stopping:
-                self._queue.put_nowait(job)   # shutdown marks it
-                break
             target, job_id = job[:2]
             process = spawn.Process(target=run_fit_job, args=job, name=f"convsel-fit-{job_id}",
                                     daemon=True)
+            # Started under the lock that shutdown() takes: either shutdown finds it started
+            # (and stops it) or this thread finds shutdown begun (and starts nothing).
             with self._lock:
+                if self._stopping:
+                    _give_up(target, job_id)
+                    break
+                process.start()
                 self._running = (target, job_id, process)
-            process.start()
             process.join()
             with self._lock:
                 self._running = None
 
     def shutdown(self) -> None:
         """Stop the running worker and mark what did not finish as failed."""
-        self._stopping = True
         with self._lock:
+            self._stopping = True
             running, self._running = self._running, None
         left = [running[:2]] if running else []
         if running:
@@ -132,11 +134,15 @@ class FitRunner:
             except queue.Empty:
                 break
         for target, job_id in left:
-            try:
-                stop_fit_job(open_db(target), job_id, "the server stopped before the fit "
-                             "finished; submit it again")
-            except TuningDatabaseError:
-                pass   # the store is gone too: its jobs with it
+            _give_up(target, job_id)
+
+
+def _give_up(target: str | None, job_id: str) -> None:
+    try:
+        stop_fit_job(open_db(target), job_id, "the server stopped before the fit finished; "
+                     "submit it again")
+    except TuningDatabaseError:
+        pass   # the store is gone too: its jobs with it
 
 
 RUNNER = FitRunner()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
 import time
 
 import pytest
@@ -109,3 +111,35 @@ def test_a_fit_never_runs_in_the_request(db_path):
         assert done["id"] == accepted.json()["job"]["id"] and done["status"] == "done", done
         # max_entries reached the worker: the model saw the 8 newest entries only
         assert done["result"]["training_problems"] == 8, done["result"]
+
+
+_SPAWN = multiprocessing.get_context("spawn")
+_STARTING = threading.Event()
+
+
+class _SlowToStart(_SPAWN.Process):  # type: ignore[name-defined, misc]
+    """A fit's process whose start() takes half a second (module level: spawn pickles it)."""
+
+    def start(self):
+        _STARTING.set()
+        time.sleep(0.5)     # the server's shutdown arrives in this window
+        super().start()
+
+
+class _SlowContext:
+    Process = _SlowToStart
+
+
+def test_a_shutdown_while_a_worker_process_starts_stops_it(tmp_path, monkeypatch):
+    """The server stopping while the runner is starting a fit's process: the process is
+    stopped once started (before, shutdown could find it registered but not yet started and
+    raise from terminate(), failing the app's shutdown)."""
+    from service import fit_jobs
+
+    _STARTING.clear()
+    monkeypatch.setattr(fit_jobs.multiprocessing, "get_context", lambda _: _SlowContext)
+    runner = fit_jobs.FitRunner()
+    runner.submit((str(tmp_path / "store.sqlite"), "no-such-job", None, None))
+    assert _STARTING.wait(10)
+    runner.shutdown()               # raised AttributeError from terminate() before
+    assert runner._running is None
