@@ -97,6 +97,33 @@ def test_depthwise_sizes_both_forms(kernel: tuple[int, int]):
     assert np.abs(y - conv2d_reference(p, x, w, b)).max() < 1e-4
 
 
+@pytest.mark.parametrize("c", [16, 40, 127, 128, 136])
+def test_depthwise_unit_stride_both_interior_loops(monkeypatch: pytest.MonkeyPatch, c: int):
+    """Unit stride takes the flat loop below FLAT_BELOW channels (rows split into runs, the
+    last one short) and the per-pixel loop from it on: both write every output once
+    (NaN-filled output) and match the float64 reference."""
+    pytest.importorskip("numba")
+    from convsel.backends.numpy import common
+    from convsel.backends.numpy.fused import depthwise
+
+    monkeypatch.setattr(common, "OUTPUT_FILL", np.nan)
+    p = ConvProblem(1, 9, 37, c, c, 3, 3, pad=1, groups=c, activation="relu")
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    w = rng.standard_normal(p.weights_shape).astype(np.float32)
+    b = rng.standard_normal(p.k).astype(np.float32)
+    op = direct.prepare(p, w, b, {})
+    assert op.fused is not None
+    run = op.fused.w_rows.shape[1]
+    if c < depthwise.FLAT_BELOW:   # runs of whole pixels, more than one run per row
+        assert run == max(1, depthwise.FLAT_RUN // c) and run < p.out_w - 2
+    else:
+        assert run == 1
+    y = op.run(x)
+    assert np.isfinite(y).all()
+    assert np.abs(y - conv2d_reference(p, x, w, b)).max() < 1e-4
+
+
 @pytest.mark.parametrize("p", [
     ConvProblem(2, 13, 11, 6, 6, 3, 3, pad=1, groups=6),
     ConvProblem(1, 12, 12, 5, 7, 3, 3, stride=2, pad=(0, 1, 0, 1), activation="relu"),

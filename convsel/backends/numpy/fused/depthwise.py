@@ -7,10 +7,12 @@ register, then activated while still in cache. Rows are spread over the threads
 
 Three loops write a row, all reading the input where it is (no padded copy):
 
-- interior pixels at unit stride: the row's (pixel, channel) values as one flat run, every
-  tap a fixed offset into the input row, weights pre-tiled along the row. Long contiguous
-  vectors even with few channels (MobileNetV2's first depthwise layer has 32).
-- interior pixels at other strides: per pixel, the channels as the vector.
+- interior pixels at unit stride with few channels (< FLAT_BELOW): the (pixel, channel)
+  values in flat runs of about FLAT_RUN floats, every tap a fixed offset into the input
+  row, weights pre-tiled along one run. Long contiguous vectors even with few channels
+  (MobileNetV2's first depthwise layer has 32), the tiled weights small enough for L1.
+- interior pixels otherwise: per pixel, the channels as the vector, the (KH, KW, C) weights
+  read in place.
 - pixels whose taps reach into the padding (the border): per pixel and tap, skipping the
   taps outside the input.
 
@@ -64,6 +66,18 @@ def _clipped(x: np.ndarray, w: np.ndarray, bias: np.ndarray, row: np.ndarray, oy
 # loops (the border loop for every pixel: about 2-3x slower, still well ahead of numpy).
 UNROLLED = ((3, 3), (5, 5), (7, 7))
 
+# Unit stride, fewer channels than this: the flat (pixel, channel) loop; more: pixel by pixel.
+# A few channels make short vectors per pixel (32: four AVX2 loads), so the flat loop wins
+# there; from 144 channels up the per-pixel loop, whose weights are one (KH, KW, C) block,
+# ran 0.78-0.92x the flat one on the quiet host (2 threads; 56x56x144 0.283 against 0.302
+# ms, 14x14x576 0.103 against 0.121).
+FLAT_BELOW = 128
+# The flat loop's weights are tiled along a run of about this many floats, not the whole
+# row: 9 taps x 512 floats is 18 KB, in L1, where a whole tiled row was 129 KB at
+# 112x112x32 (L2). Quiet host, 112x112x32, 2 threads: 0.315 ms against 0.350 for whole
+# rows (0.403 with 1024-float runs).
+FLAT_RUN = 512
+
 
 @jit()
 def _any_size(start: int, stop: int,
@@ -104,6 +118,8 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
         of = out.reshape(n, oh, ow * c)
         wf = w.reshape(kh * kw * c)
         wr = w_rows.reshape(w_rows.size)
+        chunk = w_rows.shape[1]   # output pixels per flat run
+        width = uintp(chunk * c)
         uc, urow, ucol = uintp(c), uintp(dy * wd * c), uintp(dx * c)
         for job in range(start, stop):
             i = job // oh
@@ -114,20 +130,19 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
                 _clipped(x[i], w, bias, row, oy, 0, ow, sy, sx, dy, dx, top, left)
                 activate(row, code, a, b)
                 continue
-            if sx == 1:   # the interior as one flat run of (pixel, channel) values
-                m, start = uintp((hi - lo) * c), uintp(lo * c)
-                o = row[lo * c:hi * c]
-                xs = xf[i, (iy0 * wd + lo - left) * c:]
-                bs = bias_row[lo * c:]
-                width = uintp(ow * c)
-                for j in range(m):
-                    acc = bs[j]
-                    for ky in range(kh):
-                        for kx in range(kw):
-                            acc += (xs[uintp(ky) * urow + uintp(kx) * ucol + j]
-                                    * wr[uintp(ky * kw + kx) * width + start + j])
-                    o[j] = acc
-            else:         # the interior pixel by pixel, channels as the vector
+            if sx == 1 and c < FLAT_BELOW:   # the interior as flat runs of (pixel, channel)
+                for ox0 in range(lo, hi, chunk):
+                    m = uintp((min(hi, ox0 + chunk) - ox0) * c)
+                    o = row[ox0 * c:]
+                    xs = xf[i, (iy0 * wd + ox0 - left) * c:]
+                    for j in range(m):
+                        acc = bias_row[j]
+                        for ky in range(kh):
+                            for kx in range(kw):
+                                acc += (xs[uintp(ky) * urow + uintp(kx) * ucol + j]
+                                        * wr[uintp(ky * kw + kx) * width + j])
+                        o[j] = acc
+            else:   # the interior pixel by pixel, channels as the vector
                 for ox in range(lo, hi):
                     o = row[ox * c:(ox + 1) * c]
                     xs = xf[i, (iy0 * wd + ox * sx - left) * c:]
@@ -147,7 +162,8 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
 
 class Depthwise:
     """A depthwise layer's weights laid out for :func:`kernel`: (KH, KW, C) taps, the taps
-    tiled along an output row (unit stride), the bias (zeros without one) likewise."""
+    tiled along a flat run of output pixels (unit stride, few channels), the bias (zeros
+    without one) likewise."""
 
     def __init__(self, taps_hwc: np.ndarray, bias: np.ndarray | None, out_w: int,
                  stride: tuple[int, int], dilation: tuple[int, int], pad_top_left: tuple[int, int],
@@ -156,11 +172,12 @@ class Depthwise:
         self.w = np.ascontiguousarray(taps_hwc, dtype=np.float32)
         self.bias = (np.zeros(c, np.float32) if bias is None
                      else np.ascontiguousarray(bias, dtype=np.float32))
-        unit = stride[1] == 1
-        # only the unit-stride loop reads the tiled rows; others get a stand-in of one row
-        self.w_rows = np.ascontiguousarray(np.tile(self.w.reshape(kh * kw, 1, c),
-                                                   (1, out_w if unit else 1, 1)))
-        self.bias_row = np.tile(self.bias, out_w if unit else 1)
+        # only the flat loop reads the tiled runs; the others use the (KH, KW, C) taps but
+        # take the run length (pixels) from w_rows' shape, so theirs is one pixel
+        run = (max(1, min(out_w, FLAT_RUN // c)) if stride[1] == 1 and c < FLAT_BELOW
+               else 1)
+        self.w_rows = np.ascontiguousarray(np.tile(self.w.reshape(kh * kw, 1, c), (1, run, 1)))
+        self.bias_row = np.tile(self.bias, run)
         self.args = (*stride, *dilation, *pad_top_left, *activation)
         self.run: Callable[..., Any] = kernel(kh, kw)
 
