@@ -75,7 +75,8 @@ FLAT_BELOW = 128
 # The flat loop's weights are tiled along a run of about this many floats, not the whole
 # row: 9 taps x 512 floats is 18 KB, in L1, where a whole tiled row was 129 KB at
 # 112x112x32 (L2). Quiet host, 112x112x32, 2 threads: 0.315 ms against 0.350 for whole
-# rows (0.403 with 1024-float runs).
+# rows (0.403 with 1024-float runs) in one probe; within the noise (0.398 against 0.385) in
+# the full-net run (benchmarks/NOTES-cpu.md, "Depthwise v2").
 FLAT_RUN = 512
 
 
