@@ -30,12 +30,16 @@ LAYERS = [("conv3x3", 32, 3, 1, 1), ("project", 16, 1, 1, 1), ("depthwise", 16, 
 INPUT = (1, 16, 28, 28)
 
 
-def chain_model() -> Any:
+def chain_model(hw: int = INPUT[2], width: int = 1) -> Any:
+    """The chain on a 1 x 16*width x hw x hw input, every layer ``width`` times as wide
+    (depthwise stays depthwise)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    nodes, inits, cur, channels = [], [], "input", INPUT[1]
+    shape = [INPUT[0], INPUT[1] * width, hw, hw]
+    nodes, inits, cur, channels = [], [], "input", shape[1]
     for name, k, kernel, stride, groups in LAYERS:
+        k, groups = k * width, groups * width if groups > 1 else 1
         w = numpy_helper.from_array(rng.standard_normal(
             (k, channels // groups, kernel, kernel)).astype(np.float32), f"{name}.w")
         inits.append(w)
@@ -47,7 +51,7 @@ def chain_model() -> Any:
                                       name=f"{name}.relu"))
         cur, channels = f"{name}.relu", k
     graph = helper.make_graph(nodes, "across", [helper.make_tensor_value_info(
-        "input", TensorProto.FLOAT, list(INPUT))], [helper.make_tensor_value_info(
+        "input", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
             cur, TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                              producer_name="benchmarks/across.py")
@@ -57,10 +61,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--db", default=None, help="tuning database (default: a fresh one)")
+    parser.add_argument("--hw", type=int, default=INPUT[2], help="input height and width")
+    parser.add_argument("--width", type=int, default=1, help="channel multiplier")
+    parser.add_argument("--note", default="ILLUSTRATIVE ONLY: a shared, loaded 2-core "
+                        "development VM; OpenCL is PoCL's CPU driver on the same cores as "
+                        "numpy. The figures show the mechanism, not a speed claim.",
+                        help="what the figures are (the machine, how quiet it was)")
     args = parser.parse_args()
     db = args.db or str(Path(tempfile.mkdtemp()) / "across.sqlite")
     settings = TimingSettings(warmup=2, min_runs=7, min_time=0.05)
-    model = chain_model()
+    model = chain_model(args.hw, args.width)
     acl_plan = convsel.plan(model, "cpu")
     started = time.perf_counter()
     layers = []
@@ -84,9 +94,7 @@ def main() -> int:
     first = convsel.plan(model, "cpu", backend="opencl,numpy")
     report = {
         "what": "benchmarks/across.py: the fastest backend per layer (numpy vs OpenCL)",
-        "caveat": "ILLUSTRATIVE ONLY: a shared, loaded 2-core development VM; OpenCL is PoCL's "
-                  "CPU driver on the same cores as numpy. The figures show the mechanism, "
-                  "not a speed claim.",
+        "caveat": args.note, "chain": {"hw": args.hw, "width": args.width},
         "host": platform.node(), "machine": platform.machine(),
         "date": time.strftime("%Y-%m-%d"), "convsel": convsel.__version__,
         "backends": convsel.backends.capabilities(transfers=True),
