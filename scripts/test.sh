@@ -17,7 +17,8 @@ fi
 bash scripts/setup.sh dev || exit 1
 .venv/bin/ruff check . || exit 1
 # mypy (strict on convsel/: [tool.mypy] in pyproject.toml) runs beside the suite's first part,
-# which leaves part of a core idle; its verdict is read before anything else runs.
+# which leaves part of a core idle; its verdict is read before the second part (before any
+# test when test paths are given), and a failure fails the run.
 mypy_log="$(mktemp)"
 .venv/bin/mypy > "$mypy_log" 2>&1 &
 mypy_pid=$!
@@ -52,8 +53,8 @@ if [ -n "${CI:-}" ]; then export CONVSEL_REQUIRE_POSTGRES=1; fi
 # Whole suite (no test paths given): in two parts. The tests that never judge a timing (the
 # algorithms' and backends' correctness against float64, ACL's rules, ONNX planning and the
 # cost models on planted timings, the argument checks) run on every core (pytest-xdist): on a
-# fresh machine they are mostly the OpenCL driver compiling a kernel per geometry (3-4 min of
-# one core). The rest runs one test at a time: tuning, the service and the CLI time real
+# fresh machine they are mostly the OpenCL driver compiling a kernel per geometry (about 4 min
+# of one core). The rest runs one test at a time: tuning, the service and the CLI time real
 # kernels or judge the host's contention, which a second worker on the other core would
 # disturb.
 PARALLEL=(tests/algorithms tests/backends tests/acl tests/onnx tests/learn

@@ -99,3 +99,38 @@ def test_a_server_already_running_is_left_running(sandbox):
         assert _running(repo, env), "scripts/test.sh stopped a server it did not start"
     finally:
         _script(repo, env, "scripts/postgres.sh", "stop")
+
+
+RECORDING_PYTEST = """#!/usr/bin/env bash
+echo "$*" >> pytest-args
+exit 0
+"""
+
+
+def _pytest_calls(repo: Path, env: dict, *args: str) -> list[str]:
+    _executable(repo / ".venv" / "bin" / "python", RECORDING_PYTEST)
+    (repo / "pytest-args").unlink(missing_ok=True)
+    done = _script(repo, env, "scripts/test.sh", *args)
+    assert done.returncode == 0, done.stderr
+    return (repo / "pytest-args").read_text().splitlines()
+
+
+def test_the_whole_suite_runs_in_a_parallel_part_then_a_serial_one(sandbox):
+    """Tests that never time a kernel on every core, the rest one at a time (and none twice);
+    given test paths, just those, in one process."""
+    repo, env = sandbox
+    parallel, serial = _pytest_calls(repo, env, "-q")
+    assert parallel.startswith("-m pytest -n auto --dist worksteal tests/algorithms ")
+    assert parallel.endswith(" -q") and "--ignore" not in parallel
+    paths = parallel.split()[6:-1]
+    assert "tests/backends" in paths and "tests/service" not in paths
+    assert serial.split()[2:] == [f"--ignore={p}" for p in paths] + ["-q"]
+    [only] = _pytest_calls(repo, env, "tests/service", "-x")
+    assert only == "-m pytest tests/service -x"
+
+
+def test_a_mypy_failure_fails_the_run(sandbox):
+    repo, env = sandbox
+    _executable(repo / ".venv" / "bin" / "mypy", "#!/usr/bin/env bash\necho 'error: x'\nexit 1\n")
+    done = _script(repo, env, "scripts/test.sh", "-q")
+    assert done.returncode != 0 and "error: x" in done.stdout
