@@ -53,6 +53,17 @@ def tile_problem(tile: Any) -> str | None:
     return None
 
 
+def _split(params: Mapping[str, Any], resolved: dict[str, Any]) -> str | None:
+    """Check and resolve the split-K factor ("split"), for the float and tensor-core kernels
+    alike; why not, or None."""
+    if params.get("split") is not None:
+        split = int(params["split"])
+        if not 1 <= split <= 64:
+            return f"split (split-K factor) must be 1..64, got {params['split']!r}"
+        resolved["split"] = split
+    return None
+
+
 def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict:
     if p.groups != 1:
         return failed(f"implicit_gemm does not run grouped convolution (groups={p.groups})")
@@ -74,12 +85,9 @@ def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict
             return failed(f"implicit_gemm: vec 4 needs C and K multiples of 4, got C={p.c}, "
                           f"K={p.k}")
         resolved["vec"] = vec
-    if params.get("split") is not None:
-        split = int(params["split"])
-        if not 1 <= split <= 64:
-            return failed(f"implicit_gemm: split (split-K factor) must be 1..64, got "
-                          f"{params['split']!r}")
-        resolved["split"] = split
+    why = _split(params, resolved)
+    if why:
+        return failed(f"implicit_gemm: {why}")
     how = (f"tile {resolved['tile']}" if "tile" in resolved else "the device's default tile")
     return passed(f"implicit GEMM, input tiles gathered into local memory ({how})", **resolved)
 
@@ -189,12 +197,9 @@ def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
     why = _mma_pipeline(params, resolved)
     if why:
         return failed(f"implicit_gemm: {why}")
-    if params.get("split") is not None:
-        split = int(params["split"])
-        if not 1 <= split <= 64:
-            return failed(f"implicit_gemm: split (split-K factor) must be 1..64, got "
-                          f"{params['split']!r}")
-        resolved["split"] = split
+    why = _split(params, resolved)
+    if why:
+        return failed(f"implicit_gemm: {why}")
     how = f"mma {resolved['mma']}" if "mma" in resolved else "the device's default mma tile"
     return passed(f"implicit GEMM on {math_mode.upper()} tensor cores ({how})", **resolved)
 
