@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -51,13 +52,13 @@ def variants(layer: Any) -> dict[str, Any]:
             continue   # the tile that won in the earlier runs only, to save device time
         module = implementation(algorithm, "numpy")
         for suffix, on, chunk in (("", False, None), ("+b", True, None),
-                                  ("+bw", True, 1 << 40)):
+                                  ("+bs", True, 512 * 1024)):
             with bands.forced(on):
                 op = module.prepare(p, w, b, dict(params), None)
             if on and not op.banded:
                 continue
-            if chunk is not None:
-                op.chunk = chunk
+            if chunk is not None and hasattr(op, "chunk"):
+                op.chunk = max(1, op.chunk * chunk // bands.CHUNK_BYTES)
             out[label + suffix] = (lambda op=op: op.run(x))
     reference = {k: np.array(f(), copy=True) for k, f in out.items()}
     first = next(iter(reference.values()))
@@ -147,6 +148,43 @@ def blis_probe() -> dict[str, Any]:
     return out
 
 
+def concurrency_probe() -> dict[str, Any]:
+    """Why a GEMM split over our threads may lose to OpenBLAS's own: one GEMM with BLAS's
+    two threads, against its two halves (by rows) in two of our threads with BLAS at one,
+    against one half alone; and which cores the pinned ones share a physical core with."""
+    from convsel.backends.numpy.fused import in_threads
+
+    out: dict[str, Any] = {}
+    for cpu in sorted(os.sched_getaffinity(0)):
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        out[f"cpu{cpu}_siblings"] = path.read_text().strip() if path.exists() else None
+    rng = np.random.default_rng(0)
+    for m, k, n in [(3136, 64, 64), (3136, 256, 128), (784, 512, 256)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        o = np.empty((m, n), np.float32)
+
+        def half(first: int, last: int) -> None:
+            lo, hi = m * first // 2, m * last // 2
+            np.matmul(a[lo:hi], b, out=o[lo:hi])
+
+        row = {}
+        time.sleep(0.3)
+        row["blas_2_threads"] = statistics.median(_times(lambda: np.matmul(a, b, out=o), 31))
+        time.sleep(0.3)
+        with threads.blas_threads(1):
+            row["halves_in_2_threads"] = statistics.median(
+                _times(lambda: in_threads(half, 2, 2), 31))
+            row["one_half_alone"] = statistics.median(_times(lambda: half(0, 1), 31))
+            row["whole_1_thread"] = statistics.median(
+                _times(lambda: np.matmul(a, b, out=o), 31))
+        out[f"{m}x{k}x{n}"] = row
+        print(f"{m}x{k}x{n} ms: " + ", ".join(f"{key} {v * 1e3:.3f}"
+                                               for key, v in row.items()), flush=True)
+    print({k: v for k, v in out.items() if k.endswith("siblings")}, flush=True)
+    return out
+
+
 def _times(f: Any, n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -164,6 +202,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--name", action="append")
+    ap.add_argument("--blis", action="store_true", help="also time BLIS (the blis package)")
     ap.add_argument("--out", type=Path, default=Path("probe.json"))
     args = ap.parse_args()
     threads.set_threads(args.threads)
@@ -198,9 +237,11 @@ def main() -> int:
     geo_new = math.exp(statistics.fmean(math.log(r["ratio_new"]) for r in results))
     print(f"geomean fastest/torch: BLAS threads only {geo_old:.3f}, with bands {geo_new:.3f}")
     net = whole_net(kept, results, args.rounds)
-    blis = blis_probe()
+    blis = blis_probe() if args.blis else None
+    concurrency = concurrency_probe()
     args.out.write_text(json.dumps({"command": " ".join(sys.argv), "geomean_old": geo_old,
                                     "geomean_new": geo_new, "blis": blis, "whole_net_s": net,
+                                    "concurrency": concurrency,
                                     "threadpools": __import__("threadpoolctl").threadpool_info(),
                                     "layers": results}, indent=1))
     return 0

@@ -13,52 +13,73 @@ activation. BLAS is held to one thread meanwhile (:func:`~convsel.backends.numpy
 blas_threads`), so no BLAS worker competes with ours for the cores, and ours sleep on a
 queue between layers instead of spinning.
 
-Which path a kernel takes is decided when it is prepared (:func:`wanted`), from the
-measurements in benchmarks/NOTES-cpu.md; :func:`forced` overrides that for tests and
-benchmarks.
+The banded path is opt-in (:func:`use_bands`), for every GEMM kernel of the process
+alike, and decided when a kernel is prepared (:func:`wanted`); measured layer by layer it
+wins on the stem and the Winograd layers and loses on most 1x1 layers, and mixing the two
+paths in one network costs more than either (benchmarks/NOTES-cpu.md, "Bands").
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 
-from ...problem import ConvProblem
 from .profile import phase
 from .threads import blas_threads, thread_count
 
 # A chunk's operand and output together stay under this (the quiet host's cores have
-# 2 MB of L2 each; the weights are read by every chunk and need room too).
-CHUNK_BYTES = 512 * 1024
+# 2 MB of L2 each). Fewer, larger chunks measured faster than L2-sized ones there: each
+# chunk costs a GEMM call and Python's bookkeeping (ResNet-50 stem, 2 threads: 3.6 ms
+# with one chunk per thread, 4.1 ms with 512 KB chunks).
+CHUNK_BYTES = 2 * 1024 * 1024
 
-# Below this many multiply-adds per thread a layer keeps BLAS's own threads: handing a
-# band to a pool thread costs tens of microseconds.
+# Below this many multiply-adds per thread a kernel runs its bands in the calling thread
+# alone: handing a band to a pool thread costs tens of microseconds.
 MIN_MACS_PER_THREAD = 2_000_000
 
-_forced: bool | None = None
+# With fewer output pixels than this, the threads split the output channels instead of
+# the pixels: each then reads half the weights rather than all of them (ResNet-50's 7x7
+# layers have 49 pixels and up to 4 MB of weights).
+COLUMN_SPLIT_MAX_ROWS = 128
+
+_on: bool = False
+
+
+def use_bands(on: bool) -> None:
+    """Kernels prepared from now on take the banded path (True, where the cpu extra is
+    installed and at least two threads are set) or BLAS's own threads (False, the
+    default)."""
+    global _on
+    _on = bool(on)
 
 
 @contextlib.contextmanager
-def forced(on: bool | None) -> Iterator[None]:
-    """Kernels prepared inside the block take the banded path (True), BLAS's own threads
-    (False) or what :func:`wanted` decides (None)."""
-    global _forced
-    previous, _forced = _forced, on
+def forced(on: bool) -> Iterator[None]:
+    """Kernels prepared inside the block take the banded path (``on``) or not."""
+    previous = _on
+    use_bands(on)
     try:
         yield
     finally:
-        _forced = previous
+        use_bands(previous)
 
 
-def wanted(p: ConvProblem, macs: int, accelerated: bool) -> bool:
-    """Whether a GEMM kernel for ``p`` with ``macs`` multiply-adds per run takes the banded
-    path: only with the cpu extra and at least two threads, and where it measured faster."""
-    threads = thread_count()
-    if not accelerated or threads < 2:
-        return False
-    if _forced is not None:
-        return _forced
-    return macs // threads >= MIN_MACS_PER_THREAD
+def wanted(accelerated: bool) -> bool:
+    """Whether a GEMM kernel prepared now takes the banded path: switched on, with the cpu
+    extra and at least two threads. Every GEMM kernel of a process decides alike on
+    purpose: after a multi-threaded BLAS call OpenBLAS's workers spin on the cores for a
+    while (~0.1 s), and a banded kernel right after one ran about twice as slow (ResNet-50
+    run layer by layer with each layer's faster path, banded or not: 69 ms against 46 ms
+    with no bands at all, quiet host; benchmarks/NOTES-cpu.md)."""
+    return accelerated and _on and thread_count() >= 2
+
+
+def threads_for(macs: int) -> int:
+    """Threads for a kernel of ``macs`` multiply-adds: the backend's count, or 1 for small
+    kernels (BLAS stays single-threaded either way, so no BLAS worker is woken)."""
+    n = thread_count()
+    return n if macs // n >= MIN_MACS_PER_THREAD else 1
 
 
 def chunk_units(unit_bytes: int) -> int:
@@ -67,17 +88,43 @@ def chunk_units(unit_bytes: int) -> int:
     return max(1, CHUNK_BYTES // max(1, unit_bytes))
 
 
-def run_bands(work: Callable[[int, int], None], units: int, chunk: int) -> None:
-    """``work(start, stop)`` over the units [0, units) in chunks of at most ``chunk``,
-    the units split between the backend's threads, BLAS single-threaded meanwhile."""
+def run_bands(work: Callable[[int, int], None], units: int, chunk: int, threads: int,
+              ) -> None:
+    """``work(start, stop)`` over the units [0, units) in chunks of at most ``chunk``
+    units, ``threads`` threads taking the next chunk as they finish one (so a thread that
+    shares its core with another process's does less of the work), BLAS single-threaded
+    meanwhile."""
     from .fused import in_threads
 
-    def band(start: int, stop: int) -> None:
-        for first in range(start, stop, chunk):
-            work(first, min(stop, first + chunk))
+    starts = list(range(0, units, chunk))
+    taken = itertools.count()   # next() on it is atomic under the GIL
+
+    def take(first: int, last: int) -> None:
+        for i in iter(lambda: next(taken), None):
+            if i >= len(starts):
+                return
+            work(starts[i], min(units, starts[i] + chunk))
 
     with phase("bands"), blas_threads(1):
-        in_threads(band, units, thread_count())
+        in_threads(take, threads, threads)
+
+
+def run_columns(work: Callable[[int, int], None], columns: int, threads: int) -> None:
+    """``work(first, last)`` over the output channels [0, columns) split into ``threads``
+    blocks (multiples of 16 channels: whole vectors), BLAS single-threaded meanwhile."""
+    from .fused import in_threads
+
+    blocks = max(1, min(threads, columns // 16))
+    edges = [min(columns, 16 * round(columns * i / blocks / 16)) for i in range(blocks + 1)]
+    edges[-1] = columns
+
+    def block(first: int, last: int) -> None:
+        for b in range(first, last):
+            if edges[b] < edges[b + 1]:
+                work(edges[b], edges[b + 1])
+
+    with phase("bands"), blas_threads(1):
+        in_threads(block, blocks, blocks)
 
 
 def per_image(start: int, stop: int, per: int) -> Iterator[tuple[int, int, int]]:

@@ -52,7 +52,9 @@ class Gemm1x1(Prepared):
         # The cpu extra's threaded path (bands of output rows): the plain weights, the bias
         # added per band while it is in cache (no column of ones), strided pixels copied
         # per band.
-        self.banded = bands.wanted(p, p.flops // 2, self.accelerated)
+        self.banded = bands.wanted(self.accelerated)
+        self.threads = bands.threads_for(p.flops // 2)
+        self.by_columns = rows < bands.COLUMN_SPLIT_MAX_ROWS
         if self.banded:
             self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)
             self.augmented = False
@@ -66,8 +68,11 @@ class Gemm1x1(Prepared):
         if self.banded:
             with phase("pad"):
                 x = self.float32(x)
+            if self.by_columns:
+                self._columns(x, y)
+                return finish(p, y, self.bias, True)
             bands.run_bands(lambda start, stop: self._band(x, y, start, stop),
-                            p.n * p.out_h, self.chunk)
+                            p.n * p.out_h, self.chunk, self.threads)
             return cast(p, y)
         if self.augmented:
             with phase("copy"):
@@ -105,6 +110,23 @@ class Gemm1x1(Prepared):
             np.matmul(a, self.w, out=out)
             if self.bias is not None or p.activation is not None:
                 bias_activation(out, self.bias, code_of(p.activation))
+
+    def _columns(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Few output pixels: the threads take blocks of output channels (the pixels
+        copied first when strided); bias and activation follow in one pass."""
+        p = self.problem
+        rows = p.n * p.out_h * p.out_w
+        if p.stride == (1, 1):
+            a = x.reshape(rows, p.c)
+        else:
+            with phase("copy"):
+                a = self._copy(x, "subsampled", ones=False).reshape(rows, p.c)
+        out = y.reshape(rows, p.k)
+
+        def block(first: int, last: int) -> None:
+            np.matmul(a, self.w[:, first:last], out=out[:, first:last])
+
+        bands.run_columns(block, p.k, self.threads)
 
     def _subsampled(self, x: np.ndarray) -> np.ndarray:
         """The pixels the strided 1x1 reads (a view)."""

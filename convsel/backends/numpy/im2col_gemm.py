@@ -91,8 +91,10 @@ class Im2colGemm(Prepared):
         # bound, kept so that the pure estimate holds either way.
         self.fused = g == 1 and self.accelerated
         # ...and, where it measured faster, in bands of output rows over the threads
-        self.banded = self.fused and bands.wanted(p, p.flops // 2, self.accelerated)
+        self.banded = self.fused and bands.wanted(self.accelerated)
         self.chunk = bands.chunk_units(p.out_w * (self.depth + p.k) * ITEM)
+        self.threads = bands.threads_for(p.flops // 2)
+        self.by_columns = p.n * p.out_h * p.out_w < bands.COLUMN_SPLIT_MAX_ROWS
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
@@ -100,9 +102,12 @@ class Im2colGemm(Prepared):
             with phase("pad"):
                 x = self.float32(check_x(p, x))
             y = new_output((p.n, p.out_h, p.out_w, p.k))
+            if self.banded and self.by_columns:
+                self._columns(x, y)
+                return finish(p, y, None if self.fold_bias else self.bias, True)
             if self.banded:
                 bands.run_bands(lambda start, stop: self._band(x, y, start, stop),
-                                p.n * p.out_h, self.chunk)
+                                p.n * p.out_h, self.chunk, self.threads)
                 return cast(p, y)
             self._fused(x, y)
             return finish(p, y, None if self.fold_bias else self.bias, True)
@@ -171,6 +176,24 @@ class Im2colGemm(Prepared):
             bias = None if self.fold_bias else self.bias
             if bias is not None or p.activation is not None:
                 bias_activation(out, bias, code_of(p.activation))
+
+    def _columns(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Few output pixels: the whole matrix first (this thread), then the threads take
+        blocks of output channels."""
+        from .fused.im2col import im2col
+
+        p = self.problem
+        rows = p.n * p.out_h * p.out_w
+        with phase("fused"):
+            cols = self.scratch("cols", (p.n, p.out_h, p.out_w, self.depth))
+            im2col(x, cols, 0, (p.kh, p.kw), p.stride, p.dilation, (p.pad[0], p.pad[2]),
+                   self.fold_bias)
+        a, out = cols.reshape(rows, self.depth), y.reshape(rows, p.k)
+
+        def block(first: int, last: int) -> None:
+            np.matmul(a, self.w[0][:, first:last], out=out[:, first:last])
+
+        bands.run_columns(block, p.k, self.threads)
 
     def _planar(self, xp: np.ndarray, y: np.ndarray) -> None:
         p = self.problem

@@ -101,8 +101,9 @@ class Winograd(Prepared):
             self.transforms = Transforms(tile, (p.kh, p.kw))
             self.fused_bias = self.bias if self.bias is not None else np.zeros(p.k, F32)
         # ...and, where it measured faster, in bands of tile rows over the threads
-        self.banded = self.transforms is not None and bands.wanted(
-            p, p.n * self.tiles[0] * self.tiles[1] * positions * p.c * p.k, accelerated)
+        self.banded = self.transforms is not None and bands.wanted(accelerated)
+        self.threads = bands.threads_for(
+            p.n * self.tiles[0] * self.tiles[1] * positions * p.c * p.k)
         self.chunk = bands.chunk_units(self.tiles[1] * positions * (p.c + p.k) * ITEM)
 
     def _padded_size(self, p: ConvProblem | None = None) -> tuple[int, int]:
@@ -137,7 +138,7 @@ class Winograd(Prepared):
         activation = code_of(p.activation)
         if self.banded:
             bands.run_bands(lambda start, stop: self._band(x, y, start, stop, activation),
-                            p.n * th, self.chunk)
+                            p.n * th, self.chunk, self.threads)
             return cast(p, y)
         for images, rows in pieces(p.n, th, self.row_bytes):
             n, count = images.stop - images.start, rows.stop - rows.start
