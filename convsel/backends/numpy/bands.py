@@ -7,11 +7,11 @@ after it in the calling thread, a whole layer's worth at a time: a 7.4 MB im2col
 for the ResNet-50 stem, written by one core and read back from memory by two. Here the
 output rows are split between the backend's threads (:func:`~convsel.backends.numpy.
 threads.thread_count`); each thread goes through its rows a chunk at a time (a chunk's
-operand and output under ``CHUNK_BYTES``, so they stay in that core's L2): builds the
-chunk's operand with the fused kernel, runs a single-threaded GEMM on it, applies bias and
-activation. BLAS is held to one thread meanwhile (:func:`~convsel.backends.numpy.threads.
-blas_threads`), so no BLAS worker competes with ours for the cores, and ours sleep on a
-queue between layers instead of spinning.
+operand and output under ``CHUNK_BYTES``, written and read back while still in cache):
+builds the chunk's operand with the fused kernel, runs a single-threaded GEMM on it,
+applies bias and activation. BLAS is held to one thread meanwhile
+(:func:`~convsel.backends.numpy.threads.blas_threads`), so no BLAS worker competes with
+ours for the cores, and ours sleep on a queue between layers instead of spinning.
 
 The banded path is opt-in (:func:`use_bands`), for every GEMM kernel of the process
 alike, and decided when a kernel is prepared (:func:`wanted`); measured layer by layer it
@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterator
 from .profile import phase
 from .threads import blas_threads, thread_count
 
-# A chunk's operand and output together stay under this (the quiet host's cores have
-# 2 MB of L2 each). Fewer, larger chunks measured faster than L2-sized ones there: each
-# chunk costs a GEMM call and Python's bookkeeping (ResNet-50 stem, 2 threads: 3.6 ms
-# with one chunk per thread, 4.1 ms with 512 KB chunks).
+# A chunk's operand and output together stay under this. Two probes on the quiet host
+# (2 pinned cores, 2 MB of L2 each) found no consistent winner among 512 KB, 2 MB and one
+# chunk per thread (ResNet-50 stem: 4.1 ms with 512 KB chunks, 3.6 with one per thread;
+# then 2.7 with 2 MB, 2.9 with 512 KB); each chunk costs a GEMM call and Python's
+# bookkeeping, so fewer, larger ones are the default.
 CHUNK_BYTES = 2 * 1024 * 1024
 
 # Below this many multiply-adds per thread a kernel runs its bands in the calling thread
@@ -69,9 +70,10 @@ def wanted(accelerated: bool) -> bool:
     """Whether a GEMM kernel prepared now takes the banded path: switched on, with the cpu
     extra and at least two threads. Every GEMM kernel of a process decides alike on
     purpose: after a multi-threaded BLAS call OpenBLAS's workers spin on the cores for a
-    while (~0.1 s), and a banded kernel right after one ran about twice as slow (ResNet-50
-    run layer by layer with each layer's faster path, banded or not: 69 ms against 46 ms
-    with no bands at all, quiet host; benchmarks/NOTES-cpu.md)."""
+    while (~0.1 s), and a banded kernel right after one ran up to twice as slow (ResNet-50's
+    layers back to back, each with its faster path, banded or not: 69 and 56 ms in two
+    probes, against 46 and 43 ms with no bands at all; quiet host, benchmarks/NOTES-cpu.md,
+    "Bands")."""
     return accelerated and _on and thread_count() >= 2
 
 
