@@ -55,6 +55,11 @@ def use_bands(on: bool) -> None:
     _on = bool(on)
 
 
+def switched_on() -> bool:
+    """Whether :func:`use_bands` is on (kernels still need the cpu extra and two threads)."""
+    return _on
+
+
 @contextlib.contextmanager
 def forced(on: bool) -> Iterator[None]:
     """Kernels prepared inside the block take the banded path (``on``) or not."""

@@ -109,3 +109,9 @@ def test_column_blocks_cover_every_channel_once() -> None:
     seen: list[tuple[int, int]] = []
     bands.run_columns(lambda a, b: seen.append((a, b)), 100, 3)
     assert sorted(seen) == [(0, 32), (32, 64), (64, 100)]
+
+
+def test_the_device_key_says_when_bands_are_on() -> None:
+    assert "bands" in accel.describe()
+    with bands.forced(False):
+        assert "bands" not in accel.describe()
