@@ -2,7 +2,7 @@
 
     python benchmarks/cpu.py --net resnet50 [--net vgg16 ...] [--algorithm winograd ...]
         [--repeats 15] [--threads 2] [--clock wall] [--wait-idle 0.9] [--no-torch]
-        [--pure-numpy] [--out results/cpu-resnet50.json]
+        [--pure-numpy] [--bands] [--out results/cpu-resnet50.json]
 
 Each algorithm is timed in its prepared form (``op.run(x)``: weights already transformed, as
 torch's are ready too); torch runs ``torch.nn.functional.conv2d`` on channels_last tensors
@@ -43,7 +43,7 @@ import numpy as np
 
 from convsel.algorithms import ALGORITHMS, label_of, supports, variants
 from convsel.backends import implementation
-from convsel.backends.numpy import accel, device_identity, threads
+from convsel.backends.numpy import accel, bands, device_identity, threads
 from convsel.backends.numpy.profile import PHASES, profiling
 from convsel.problem import ConvProblem
 from convsel.rules import Rules, default_rules
@@ -346,6 +346,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pure-numpy", action="store_true",
                     help="time the pure numpy paths even where the cpu extra (numba) is "
                     "installed")
+    ap.add_argument("--bands", action="store_true",
+                    help="every GEMM kernel (im2col_gemm, gemm_1x1, Winograd) in bands of "
+                    "output rows over convsel's threads, BLAS single-threaded (the cpu "
+                    "extra's opt-in path, convsel.backends.numpy.bands)")
     ap.add_argument("--no-torch", dest="torch", action="store_false")
     ap.add_argument("--schedule", choices=("block", "round-robin"), default="block",
                     help="time each candidate in its own block (default) or interleave them")
@@ -373,6 +377,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     accel.use_fused(not args.pure_numpy)
+    bands.use_bands(args.bands)
     if args.threads:
         threads.set_threads(args.threads)
     if args.torch:
@@ -405,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
               "clock": args.clock, "load_average": os.getloadavg(),
               "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
               "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-              else None, "fused": accel.describe(), "libraries": _libraries()}
+              else None, "fused": accel.describe(), "bands": args.bands,
+              "libraries": _libraries()}
     if args.torch:
         device["torch"] = __import__("torch").__version__
     out.write_text(json.dumps({"command": " ".join(sys.argv), "device": device,

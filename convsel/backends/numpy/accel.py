@@ -64,5 +64,9 @@ def kernels() -> ModuleType:
 def describe() -> str:
     """For the device key: which path kernels prepared now take."""
     if enabled():
-        return f"fused kernels: {available().reason}"
+        from . import bands
+
+        # the opt-in banded path changes every GEMM layer's timing: part of the device key
+        banded = "; GEMM layers in bands over convsel's threads" if bands.switched_on() else ""
+        return f"fused kernels: {available().reason}{banded}"
     return "pure numpy" + ("" if available().ok else " (numba not installed)")

@@ -18,9 +18,10 @@ import numpy as np
 
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
+from . import bands
 from .blas import gemm_bias
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
-from .epilogue import finish
+from .epilogue import cast, finish
 from .profile import phase
 
 
@@ -48,12 +49,31 @@ class Gemm1x1(Prepared):
         else:
             copy = rows * p.c * ITEM if strided or p.dtype == "F16" else 0
         super().__init__(p, bias, copy)
+        # The cpu extra's threaded path (bands of output rows): the plain weights, the bias
+        # added per band while it is in cache (no column of ones), strided pixels copied
+        # per band.
+        self.banded = bands.wanted(self.accelerated)
+        self.threads = bands.threads_for(p.flops // 2)
+        self.by_columns = rows < bands.COLUMN_SPLIT_MAX_ROWS
+        if self.banded:
+            self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)
+            self.augmented = False
+        self.chunk = bands.chunk_units(p.out_w * (p.c + p.k) * ITEM)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
         x = check_x(p, x)
         rows = p.n * p.out_h * p.out_w
         y = new_output((p.n, p.out_h, p.out_w, p.k))
+        if self.banded:
+            with phase("pad"):
+                x = self.float32(x)
+            if self.by_columns:
+                self._columns(x, y)
+                return finish(p, y, self.bias, True)
+            bands.run_bands(lambda start, stop: self._band(x, y, start, stop),
+                            p.n * p.out_h, self.chunk, self.threads)
+            return cast(p, y)
         if self.augmented:
             with phase("copy"):
                 a = self._copy(x, "augmented", ones=True)
@@ -68,6 +88,45 @@ class Gemm1x1(Prepared):
             gemm_bias(x.reshape(rows, p.c), self.w, self.bias, y.reshape(rows, p.k),
                       self.accelerated)
         return finish(p, y, None, self.accelerated)
+
+    def _band(self, x: np.ndarray, y: np.ndarray, start: int, stop: int) -> None:
+        """Output rows [start, stop) (numbered image by image): the GEMM on their pixels
+        (copied first when strided), then bias and activation."""
+        from .fused.activation import code_of
+        from .fused.epilogue import bias_activation
+        from .fused.im2col import im2col
+
+        p = self.problem
+        for image, first, count in bands.per_image(start, stop, p.out_h):
+            pixels = count * p.out_w
+            if p.stride == (1, 1):
+                a = x[image, first: first + count].reshape(pixels, p.c)
+            else:
+                band = self.scratch("band", (1, count, p.out_w, p.c))
+                im2col(x[image: image + 1], band, first, (1, 1), p.stride, (1, 1), (0, 0),
+                       False)
+                a = band.reshape(pixels, p.c)
+            out = y[image, first: first + count].reshape(pixels, p.k)
+            np.matmul(a, self.w, out=out)
+            if self.bias is not None or p.activation is not None:
+                bias_activation(out, self.bias, code_of(p.activation))
+
+    def _columns(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Few output pixels: the threads take blocks of output channels (the pixels
+        copied first when strided); bias and activation follow in one pass."""
+        p = self.problem
+        rows = p.n * p.out_h * p.out_w
+        if p.stride == (1, 1):
+            a = x.reshape(rows, p.c)
+        else:
+            with phase("copy"):
+                a = self._copy(x, "subsampled", ones=False).reshape(rows, p.c)
+        out = y.reshape(rows, p.k)
+
+        def block(first: int, last: int) -> None:
+            np.matmul(a, self.w[:, first:last], out=out[:, first:last])
+
+        bands.run_columns(block, p.k, self.threads)
 
     def _subsampled(self, x: np.ndarray) -> np.ndarray:
         """The pixels the strided 1x1 reads (a view)."""

@@ -24,6 +24,7 @@ PHASES = {
     "fft": "forward and inverse FFTs",
     "fused": "one-pass compiled loops (numba, the cpu extra): taps, bias and activation",
     "epilogue": "bias, activation and dtype cast after the main loop",
+    "bands": "bands of output rows in several threads: operand, GEMM, epilogue each",
 }
 
 _totals: dict[str, float] | None = None

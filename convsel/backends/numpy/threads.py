@@ -71,6 +71,38 @@ def limited_threads(n: int) -> Iterator[None]:
             controller.limit(limits=blas, user_api="blas")
 
 
+@contextlib.contextmanager
+def blas_threads(n: int) -> Iterator[None]:
+    """BLAS computes with ``n`` threads inside the block (its previous count after), for
+    code that runs several single-threaded GEMMs side by side in threads of its own
+    (:mod:`~convsel.backends.numpy.bands`). A no-op without threadpoolctl. Unlike
+    :func:`limited_threads` it leaves the fused kernels' count alone and reuses one
+    threadpoolctl view of the libraries (building it costs milliseconds; switching the
+    count is one call into each library)."""
+    libraries = _loaded_blas()
+    previous = [lib.num_threads for lib in libraries]
+    for lib in libraries:
+        lib.set_num_threads(n)
+    try:
+        yield
+    finally:
+        for lib, count in zip(libraries, previous, strict=True):
+            lib.set_num_threads(count)
+
+
+_blas_libraries: list[Any] | None = None
+
+
+def _loaded_blas() -> list[Any]:
+    """threadpoolctl's controllers of the BLAS libraries loaded when first asked (numpy's,
+    and scipy's if imported by then), or [] without threadpoolctl."""
+    global _blas_libraries
+    if _blas_libraries is None:
+        controller = _blas_controller()
+        _blas_libraries = [] if controller is None else list(controller.lib_controllers)
+    return _blas_libraries
+
+
 def _blas_controller() -> Any:
     """threadpoolctl's view of the loaded BLAS libraries, or None without threadpoolctl."""
     try:

@@ -82,7 +82,14 @@ def spread(kernel: Callable[..., None], jobs: int, values: int, *args: Any) -> N
     for a while, so a second thread of ours only fights them for a core (quiet host, 2
     cores: the ResNet-50 stem's im2col 3.3 ms spread over two threads, 0.4 expected from
     one)."""
-    n = max(1, min(thread_count(), jobs, values // MIN_VALUES_PER_THREAD))
+    in_threads(kernel, jobs, min(thread_count(), values // MIN_VALUES_PER_THREAD), *args)
+
+
+def in_threads(kernel: Callable[..., None], jobs: int, n: int, *args: Any) -> None:
+    """Run ``kernel(start, stop, *args)`` over the jobs [0, jobs) split into ``n`` (at most
+    ``jobs``, at least 1) contiguous ranges, the first in the calling thread, the others in
+    the pool's threads; returns when all are done (re-raising the first failure)."""
+    n = max(1, min(n, jobs))
     if n == 1:
         kernel(0, jobs, *args)
         return
