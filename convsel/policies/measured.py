@@ -36,6 +36,7 @@ from ..targets import Target
 from ..tuning import cache, system
 from ..tuning.db import TuningDB, TuningEntry, entry_of_row, open_db
 from ..tuning.entry import DEVICE_FIELDS, IMPLEMENTATIONS_VERSION, problem_key
+from ..tuning.fleet.devices import RESOLVE_TTL_S
 from ..tuning.store.schema import ENTRY_COLUMNS
 from ..verdict import TraceStep
 from .device import identity, is_local
@@ -88,6 +89,10 @@ def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *
         ``source="tuning-db"`` with ``measurement`` holding the timings, or
         ``source="rules"``; the last trace step says which and why.
     """
+    if isinstance(device, str) and device.strip():
+        # A class named in the store is resolved again after a while (a variant of it with
+        # more entries may take its name): so is an answer that used the resolution.
+        cache.expires(RESOLVE_TTL_S)
     try:
         ident = identity(backend, device, db)
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:

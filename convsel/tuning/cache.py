@@ -28,13 +28,17 @@ store, and reads again only when the token says it may have changed:
 What a value depends on: what its reader declares (``scope``), else what it read, recorded as
 it ran: the scopes of the cached reads it made, and :func:`uses` claims; a query that went to
 the server outside a declared read (:func:`read_directly`), or nothing recorded at all, makes
-it depend on the whole store (any notice drops it), as every value did before.
+it depend on the whole store (any notice drops it), as every value did before. A value that
+used something kept for a while elsewhere (a device class's name, resolved for a few seconds)
+says so (:func:`expires`), and is read again after that long.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -62,6 +66,7 @@ class _Kept:
     stamp: Hashable                      # the token it was read under
     value: Any
     scopes: frozenset[Scope] | None      # what it depends on; None: the whole store
+    until: float = math.inf              # time.monotonic() after which it is read again
 
 
 @dataclass
@@ -71,11 +76,12 @@ class _Reads:
     scopes: set[Scope] = field(default_factory=set)
     everything: bool = False     # a cached read it made depends on the whole store
     direct: bool = False         # it queried the server itself
+    until: float = math.inf
 
 
 _values: dict[tuple[Hashable, ...], _Kept] = {}
 _lock = threading.Lock()
-_refreshing = threading.Lock()
+_refreshing: dict[tuple[Hashable, ...], threading.Lock] = {}
 _reading: ContextVar[_Reads | None] = ContextVar("convsel_cache_reading", default=None)
 
 
@@ -120,11 +126,11 @@ def cached(db: TuningDB, key: tuple[Hashable, ...], read: Callable[[], T], *,
     full = (db.location, *key)
     kept = _values.get(full)
     if kept is not None and _still_good(full, kept, now):
-        _depend(kept.scopes)
+        _depend(kept.scopes, kept.until)
         return kept.value     # type: ignore[no-any-return]
-    value, scopes = _recorded(read, scope)
-    _keep(full, _Kept(now, value, scopes))
-    _depend(scopes)
+    value, scopes, until = _recorded(read, scope)
+    _keep(full, _Kept(now, value, scopes, until))
+    _depend(scopes, until)
     return value
 
 
@@ -143,7 +149,9 @@ def collection(db: TuningDB, key: tuple[Hashable, ...], scope: Scope,
     kept = _values.get(full)
     if kept is not None and kept.stamp == now:
         return kept.value     # type: ignore[no-any-return]
-    with _refreshing:     # one refresh at a time: two would race to write the same rows
+    with _lock:
+        refreshing = _refreshing.setdefault(full, threading.Lock())
+    with refreshing:     # one refresh at a time: two would race to write the same rows
         now = token(db)
         kept = _values.get(full)
         if kept is not None and kept.stamp == now:
@@ -152,10 +160,10 @@ def collection(db: TuningDB, key: tuple[Hashable, ...], scope: Scope,
             if isinstance(now, View) and kept is not None and isinstance(kept.stamp, View) \
             else None
         if named is None:
-            rows, _ = _recorded(read_all, scope)
+            rows = _recorded(read_all, scope)[0]
         else:
             rows = kept.value     # type: ignore[union-attr]
-            found, _ = _recorded(lambda: read_some(named), scope) if named else ({}, None)
+            found = _recorded(lambda: read_some(named), scope)[0] if named else {}
             for name in named:    # in place: readers only .get() from it
                 if name in found:
                     rows[name] = found[name]
@@ -170,6 +178,13 @@ def uses(scope: Scope) -> None:
     reads = _reading.get()
     if reads is not None:
         reads.scopes.add(scope)
+
+
+def expires(seconds: float) -> None:
+    """The value being read is to be read again after ``seconds``, whatever changes."""
+    reads = _reading.get()
+    if reads is not None:
+        reads.until = min(reads.until, time.monotonic() + seconds)
 
 
 def read_directly() -> None:
@@ -191,17 +206,21 @@ def clear(kinds: tuple[str, ...] | None = None) -> None:
 
 
 def _still_good(full: tuple[Hashable, ...], kept: _Kept, now: Hashable) -> bool:
+    if kept.until != math.inf and time.monotonic() > kept.until:
+        return False
     if kept.stamp == now:
         return True
     if not (isinstance(now, View) and isinstance(kept.stamp, View)) \
             or now.log.changed(kept.stamp, kept.scopes):
         return False
     # Nothing it depends on changed: stamp it with now, so the next call is one comparison.
-    _values[full] = _Kept(now, kept.value, kept.scopes)
+    _values[full] = _Kept(now, kept.value, kept.scopes, kept.until)
     return True
 
 
-def _recorded(read: Callable[[], T], scope: Scope | None) -> tuple[T, frozenset[Scope] | None]:
+def _recorded(read: Callable[[], T], scope: Scope | None
+              ) -> tuple[T, frozenset[Scope] | None, float]:
+    """``read()``, what it depends on, and until when it may be kept."""
     reads = _Reads()
     token_ = _reading.set(reads)
     try:
@@ -209,18 +228,19 @@ def _recorded(read: Callable[[], T], scope: Scope | None) -> tuple[T, frozenset[
     finally:
         _reading.reset(token_)
     if reads.everything:
-        return value, None
+        return value, None, reads.until
     if scope is not None:     # its queries are what the scope says it reads
-        return value, frozenset({scope, *reads.scopes})
+        return value, frozenset({scope, *reads.scopes}), reads.until
     if reads.direct or not reads.scopes:
-        return value, None
-    return value, frozenset(reads.scopes)
+        return value, None, reads.until
+    return value, frozenset(reads.scopes), reads.until
 
 
-def _depend(scopes: frozenset[Scope] | None) -> None:
+def _depend(scopes: frozenset[Scope] | None, until: float) -> None:
     reads = _reading.get()
     if reads is None:
         return
+    reads.until = min(reads.until, until)
     if scopes is None:
         reads.everything = True
     else:
@@ -231,4 +251,5 @@ def _keep(full: tuple[Hashable, ...], kept: _Kept) -> None:
     with _lock:
         if len(_values) >= _MAX_VALUES:
             _values.clear()
+            _refreshing.clear()
         _values[full] = kept

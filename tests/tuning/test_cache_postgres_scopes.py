@@ -20,7 +20,9 @@ import pytest
 from repo import ROOT
 from test_cache_postgres import CONNECT_S, NOTICE_S, count_queries, eventually, listener
 
+import convsel.policies.measured as measured
 import convsel.tuning.db as dbmod
+import convsel.tuning.fleet.devices as classes
 from convsel import ConvProblem, choose
 from convsel.policies import device as policy_device
 from convsel.tuning import cache
@@ -32,11 +34,14 @@ A = ConvProblem(1, 8, 8, 32, 16, 1, 1)
 B = ConvProblem(1, 8, 8, 32, 16, 3, 3)
 
 
-def entry_of(problem: ConvProblem, fast: str, slow: str, **more: Any) -> TuningEntry:
-    """``problem`` on this machine's numpy, ``fast`` timed 3x faster than ``slow``."""
+def entry_of(problem: ConvProblem, fast: str, slow: str, device: Any = None,
+             **more: Any) -> TuningEntry:
+    """``problem`` on ``device`` (this machine's numpy), ``fast`` timed 3x faster than
+    ``slow``."""
     timings = {name: {"algorithm": name, "params": {}, "median_s": s, "iqr_s": 0.0, "runs": 5}
                for name, s in ((fast, 1e-3), (slow, 3e-3))}
-    return TuningEntry(problem=problem, backend="numpy", device=device_identity("numpy"),
+    return TuningEntry(problem=problem, backend="numpy",
+                       device=device or device_identity("numpy"),
                        winner=decide(timings)[0], tie=(), timings=timings, **more)
 
 
@@ -179,4 +184,29 @@ def test_a_merge_keeping_count_and_created_is_seen_while_the_listener_is_down(
             assert winner(db, A) == "im2col_gemm"
         finally:
             admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    db.close()
+
+
+def test_an_answer_for_a_named_class_follows_the_class_to_another_variant(postgres_url,
+                                                                          monkeypatch):
+    """The class a name stands for is resolved again after a while (the variant with most
+    entries): an answer that used the name follows it, though its own entry never changed."""
+    for module in (measured, classes):
+        monkeypatch.setattr(module, "RESOLVE_TTL_S", 3.0)
+    old, new = ({"vendor": "Arm", "name": "load board", "driver": d} for d in ("r1", "r2"))
+    db = TuningDB(postgres_url)
+    db.record(entry_of(A, "direct", "im2col_gemm", old))
+    listener(db)
+
+    def named() -> str:
+        return choose(A, "cpu", policy="measured", db=db, device="load board").algorithm
+
+    assert named() == "direct"        # resolving the name asked the server: any write drops it
+    with db.transaction() as tx:
+        tx.execute("UPDATE fit_jobs SET status=? WHERE id=?", ("failed", "no such job"))
+    sent = count_queries(db, monkeypatch)
+    assert named() == "direct" and sent == []     # answered again from the name kept
+    write_elsewhere(postgres_url, [entry_of(A, "im2col_gemm", "direct", new),
+                                   entry_of(B, "direct", "im2col_gemm", new)])
+    assert eventually(lambda: named() == "im2col_gemm", CONNECT_S)
     db.close()
