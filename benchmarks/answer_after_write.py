@@ -7,8 +7,8 @@ Makes a scratch database on that server (dropped after) holding ``--entries`` en
 device class (named, as a fleet's selections name it), asks every problem once, then, for
 ``--asks`` problems in turn: this process merges new timings into one entry (its own write:
 counted at once, no waiting for the notice) and asks (a) another problem; then, in a second
-pass, (b) the problem written. Store-wide invalidation re-reads the device's entries for both; invalidation per
-entry re-reads one row for (b) only. Medians, in µs.
+pass, (b) the problem written. Store-wide invalidation re-reads the device's entries for
+both; invalidation per entry re-reads one row for (b) only. Medians, in µs.
 """
 
 from __future__ import annotations

@@ -40,13 +40,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import TuningDatabaseError
 from .db import TuningDB
 from .store.changelog import Scope, View
+from .store.reads import Reads, expires, read_directly, reading, uses
+
+__all__ = ["cached", "clear", "collection", "expires", "read_directly", "token", "uses"]
 
 # Moves with every committed insert, update or delete, also one that keeps the row count and
 # every `created` (a merge into an existing entry): each new row version has a new xmin.
@@ -69,20 +71,9 @@ class _Kept:
     until: float = math.inf              # time.monotonic() after which it is read again
 
 
-@dataclass
-class _Reads:
-    """What one cached read used, recorded while it runs."""
-
-    scopes: set[Scope] = field(default_factory=set)
-    everything: bool = False     # a cached read it made depends on the whole store
-    direct: bool = False         # it queried the server itself
-    until: float = math.inf
-
-
 _values: dict[tuple[Hashable, ...], _Kept] = {}
 _lock = threading.Lock()
 _refreshing: dict[tuple[Hashable, ...], threading.Lock] = {}
-_reading: ContextVar[_Reads | None] = ContextVar("convsel_cache_reading", default=None)
 
 
 def token(db: TuningDB) -> Hashable:
@@ -173,28 +164,6 @@ def collection(db: TuningDB, key: tuple[Hashable, ...], scope: Scope,
     return rows
 
 
-def uses(scope: Scope) -> None:
-    """The value being read (by an enclosing :func:`cached`) depends on ``scope``."""
-    reads = _reading.get()
-    if reads is not None:
-        reads.scopes.add(scope)
-
-
-def expires(seconds: float) -> None:
-    """The value being read is to be read again after ``seconds``, whatever changes."""
-    reads = _reading.get()
-    if reads is not None:
-        reads.until = min(reads.until, time.monotonic() + seconds)
-
-
-def read_directly() -> None:
-    """A query is going to the server: the value being read, unless its reader declared a
-    scope, depends on the whole store (nothing says what the query read)."""
-    reads = _reading.get()
-    if reads is not None:
-        reads.direct = True
-
-
 def clear(kinds: tuple[str, ...] | None = None) -> None:
     """Forget every cached read, or those of ``kinds`` (the first element of their key)."""
     with _lock:
@@ -221,12 +190,12 @@ def _still_good(full: tuple[Hashable, ...], kept: _Kept, now: Hashable) -> bool:
 def _recorded(read: Callable[[], T], scope: Scope | None
               ) -> tuple[T, frozenset[Scope] | None, float]:
     """``read()``, what it depends on, and until when it may be kept."""
-    reads = _Reads()
-    token_ = _reading.set(reads)
+    reads = Reads()
+    token_ = reading.set(reads)
     try:
         value = read()
     finally:
-        _reading.reset(token_)
+        reading.reset(token_)
     if reads.everything:
         return value, None, reads.until
     if scope is not None:     # its queries are what the scope says it reads
@@ -237,7 +206,7 @@ def _recorded(read: Callable[[], T], scope: Scope | None
 
 
 def _depend(scopes: frozenset[Scope] | None, until: float) -> None:
-    reads = _reading.get()
+    reads = reading.get()
     if reads is None:
         return
     reads.until = min(reads.until, until)

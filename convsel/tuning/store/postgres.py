@@ -20,9 +20,9 @@ from typing import Any
 
 from ..._version import __version__
 from ...errors import TuningDatabaseError
-from .. import cache
 from . import notify, schema
 from .changes import Written, payload
+from .reads import read_directly
 from .schema import ENV_VAR
 
 # pg_advisory_xact_lock key: "convsel" in ASCII, so it cannot collide with a small integer
@@ -169,7 +169,7 @@ class PostgresEngine:
             f"for {self.timeout:g} s ({timeout}); the server is overloaded or a query hangs")
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cache.read_directly()   # a cached value read this way depends on the whole store
+        read_directly()   # a cached value read this way depends on the whole store
         with self._connection() as con:
             rows: list[tuple[Any, ...]] = con.execute(_pg(sql), args).fetchall()
             return rows
