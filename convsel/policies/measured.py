@@ -12,7 +12,8 @@ An answer says how far to trust it: a tie the noise may have caused is a tie (AC
 break it) and the trace names the noise; a timing made with other threads than this process
 has says so. ``verify=True`` (MIOpen's trust-but-verify) races an entry's answer against its
 runner-up once per process before using it (:mod:`convsel.tuning.verify`). The device's
-entries are read in one query and kept until the database changes
+entries are read in one query and kept; when the database changes only the entries it names
+are read again, and an answer depends on its own problem's entry only
 (:mod:`convsel.tuning.cache`).
 """
 
@@ -26,13 +27,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import threads
+from .._version import __version__
 from ..algorithms import label_of, method_for
 from ..errors import ConvselError, TuningDatabaseError
 from ..rules import Rules
 from ..selection import Selection
 from ..targets import Target
 from ..tuning import cache, system
-from ..tuning.db import TuningDB, TuningEntry, open_db
+from ..tuning.db import TuningDB, TuningEntry, entry_of_row, open_db
+from ..tuning.entry import DEVICE_FIELDS, IMPLEMENTATIONS_VERSION, problem_key
+from ..tuning.fleet.devices import RESOLVE_TTL_S
+from ..tuning.store.schema import ENTRY_COLUMNS
 from ..verdict import TraceStep
 from .device import identity, is_local
 from .shipped import marked
@@ -84,6 +89,10 @@ def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *
         ``source="tuning-db"`` with ``measurement`` holding the timings, or
         ``source="rules"``; the last trace step says which and why.
     """
+    if isinstance(device, str) and device.strip():
+        # A class named in the store is resolved again after a while (a variant of it with
+        # more entries may take its name): so is an answer that used the resolution.
+        cache.expires(RESOLVE_TTL_S)
     try:
         ident = identity(backend, device, db)
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
@@ -91,7 +100,7 @@ def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *
                              f"tuning database unavailable ({exc}); answered from ACL's rules")
     try:
         database = open_db(db, create=bool(tune))   # a lookup never makes a store
-        entry = _entries(database, backend, ident).get(problem)
+        entry = _entry(database, backend, ident, problem)
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
         shipped = system.lookup(problem, backend, ident)
         if shipped is not None:   # the shipped layer answers even without the user's store
@@ -125,15 +134,30 @@ def answer_from_db(problem: Any, target: Target, rules: Rules, acl: Selection, *
         f"verified on first use: {verified.status}: {verified.reason}")))
 
 
-def _entries(database: TuningDB, backend: str,
-             ident: Mapping[str, str]) -> dict[Any, TuningEntry]:
-    """This convsel's entries of ``backend`` on the device ``ident``, by problem: read whole
-    (one query, ~0.06 ms an entry, where a lookup per problem costs ~0.5 ms in connection
-    setup) and kept until the database changes (:mod:`convsel.tuning.cache`)."""
-    def read() -> dict[Any, TuningEntry]:
-        return {e.problem: e for e in database.entries(backend=backend, device=ident)
-                if e.is_current}
-    return cache.cached(database, ("entries", backend, *sorted(ident.items())), read)
+def _entry(database: TuningDB, backend: str, ident: Mapping[str, str],
+           problem: Any) -> TuningEntry | None:
+    """This convsel's entry of ``problem`` on ``backend`` on the device ``ident``, from the
+    device's entries: read whole (one query, ~0.06 ms an entry, where a lookup per problem
+    costs ~0.5 ms in connection setup), kept, and refreshed row by row as the store says what
+    changed (:func:`convsel.tuning.cache.collection`). The answer being read depends on this
+    problem's entry only, present or not."""
+    device = ("entries", backend, *(str(ident[k]) for k in DEVICE_FIELDS))
+    name = problem_key(problem)
+    cache.uses((*device, name))
+    where = (f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE backend=? AND vendor=? AND "
+             "device=? AND driver=? AND convsel_version=? AND implementations_version=?")
+    args = [*device[1:], __version__, IMPLEMENTATIONS_VERSION]
+
+    def read(sql: str, more: list[str]) -> dict[str, TuningEntry]:
+        return {row[0]: entry_of_row(row) for row in database.rows(sql, [*args, *more])}
+
+    def read_some(names: set[str]) -> dict[str, TuningEntry]:
+        wanted = sorted(names)
+        return read(f"{where} AND problem IN ({', '.join('?' * len(wanted))})", wanted)
+
+    rows = cache.collection(database, ("entries", backend, *sorted(ident.items())), device,
+                            lambda: read(where, []), read_some)
+    return rows.get(name)
 
 
 # What verify=True found per entry, once per process.

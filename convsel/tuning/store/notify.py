@@ -1,20 +1,23 @@
-"""Change notices for a PostgreSQL tuning store, so a process knows it changed without asking.
+"""Change notices for a PostgreSQL tuning store, so a process knows what changed without asking.
 
-Every write transaction of :class:`~convsel.tuning.store.postgres.PostgresEngine` sends
-``NOTIFY convsel_tuning`` before it commits: the server delivers it exactly when the commit
-becomes visible, and never for a transaction rolled back. One :class:`Listener` per process and
-store (a daemon thread with its own connection, ``LISTEN convsel_tuning``) counts the notices
-in a generation, and this process's own commits count at once (:func:`wrote`), so a process
-reads its own writes without waiting for the server's notice.
+Every write transaction of :class:`~convsel.tuning.store.postgres.PostgresEngine` sends a
+notice on ``convsel_tuning`` before it commits, naming what it wrote
+(:mod:`~convsel.tuning.store.changes`): the server delivers it exactly when the commit becomes
+visible, and never for a transaction rolled back. One :class:`Listener` per process and store
+(a daemon thread with its own connection, ``LISTEN convsel_tuning``) counts the notices in a
+:class:`~convsel.tuning.store.changelog.ChangeLog`, and this process's own commits count at once
+(:func:`wrote`), so a process reads its own writes without waiting for the server's notice (its
+own notice, arriving later, is not counted twice).
 
-:meth:`Listener.token` is that generation, for nothing but a few attribute reads, and None
-whenever it cannot be trusted: before the first ``LISTEN`` took, after the connection was lost
-(a notice sent meanwhile is lost with it), and when the connection has not proved itself for
+:meth:`Listener.token` is the log's current view, for an attribute read, and None whenever it
+cannot be trusted: before the first ``LISTEN`` took, after the connection was lost (a notice
+sent meanwhile is lost with it), and when the connection has not proved itself for
 :data:`TRUSTED_FOR_S` (a network cut leaves a quiet connection looking healthy: a ``SELECT 1``
 every :data:`HEARTBEAT_S` proves it). None tells the caller to ask the server instead. A new
-connection moves the generation, since notices sent while none was listening are lost. A token
-names the process and the listener too, so neither a forked child (whose listener is its own:
-threads do not survive fork) nor a later listener can match a value read under another.
+connection starts a new epoch of the log, since notices sent while none was listening are
+lost. A view names the process and the listener too, so neither a forked child (whose listener
+is its own: threads do not survive fork) nor a later listener can match a value read under
+another.
 
 The listener stops once no open engine uses it, and never keeps the interpreter alive.
 """
@@ -26,12 +29,16 @@ import os
 import selectors
 import threading
 import time
+import uuid
 import weakref
-from collections.abc import Hashable
 from typing import Any
 
+from .changelog import ChangeLog, View
+from .changes import Change, parse
+
 CHANNEL = "convsel_tuning"
-NOTIFY = f"NOTIFY {CHANNEL}"
+NOTIFY = f"NOTIFY {CHANNEL}"     # a notice naming nothing: readers take it as "everything"
+SEND = "SELECT pg_notify(%s, %s)"
 APPLICATION_NAME = "convsel-tuning-listener"   # how operators (and tests) find it on the server
 HEARTBEAT_S = 1.0
 TRUSTED_FOR_S = 3.0   # three missed heartbeats: a loaded machine may delay one or two
@@ -60,27 +67,22 @@ class Listener:
         self._url = url
         self._connect = connect
         self._kwargs = {**kwargs, **_LINK, "autocommit": True}
-        self._generation = 0
+        self.log = ChangeLog((self.pid, self.serial))
         self._proved_at = -float("inf")    # time.monotonic() of the last proof; -inf while down
-        self._lock = threading.Lock()
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=APPLICATION_NAME, daemon=True)
 
     # -- what readers ask -------------------------------------------------------------------------
-    def token(self) -> Hashable | None:
-        """The generation, named by process and listener; None while it cannot be trusted."""
+    def token(self) -> View | None:
+        """The log's view, named by process and listener; None while it cannot be trusted."""
         if time.monotonic() - self._proved_at > TRUSTED_FOR_S:
             return None
-        return ("notified", self.pid, self.serial, self._generation)
+        return self.log.view
 
     @property
     def listening(self) -> bool:
         return self.token() is not None
-
-    def bump(self) -> None:
-        with self._lock:
-            self._generation += 1
 
     # -- users ----------------------------------------------------------------------------------
     def use(self, engine: Any) -> None:
@@ -121,8 +123,8 @@ class Listener:
             con.add_notify_handler(self._noticed)
             con.execute(f"LISTEN {CHANNEL}")
             self.connections += 1
-            self.bump()                          # what was sent while none listened is lost
-            self._proved_at = time.monotonic()   # after the bump: readers see the new value
+            self.log.new_epoch()                 # what was sent while none listened is lost
+            self._proved_at = time.monotonic()   # after: readers see the new epoch
             with selectors.DefaultSelector() as readable:
                 readable.register(con.fileno(), selectors.EVENT_READ)
                 while not self._unused():
@@ -135,7 +137,9 @@ class Listener:
 
     def _noticed(self, notice: Any) -> None:
         self.notices += 1
-        self.bump()
+        change = parse(notice.payload)
+        if not change.writer or change.writer != writer(self._url):
+            self.log.apply(change)     # this process's own commits were counted by wrote()
         self._proved_at = time.monotonic()
 
     def stop(self) -> None:
@@ -171,8 +175,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def wrote(url: str) -> None:
-    """This process committed a write to ``url``: its readers must not wait for the notice."""
+def wrote(url: str, change: Change) -> None:
+    """This process committed ``change`` to ``url``: its readers must not wait for the
+    notice."""
     found = _listeners.get((os.getpid(), url))
     if found is not None:
-        found.bump()
+        found.log.apply(change)
+
+
+_writers: dict[tuple[int, str], str] = {}
+
+
+def writer(url: str) -> str:
+    """What this process's notices to ``url`` are signed with, so that its listener knows
+    them for its own (per URL: a listener of another URL naming the same database has not
+    counted them)."""
+    key = (os.getpid(), url)
+    found = _writers.get(key)
+    if found is None:
+        found = _writers.setdefault(key, uuid.uuid4().hex[:12])
+    return found

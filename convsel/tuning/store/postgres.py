@@ -21,6 +21,8 @@ from typing import Any
 from ..._version import __version__
 from ...errors import TuningDatabaseError
 from . import notify, schema
+from .changes import Written, payload
+from .reads import read_directly
 from .schema import ENV_VAR
 
 # pg_advisory_xact_lock key: "convsel" in ASCII, so it cannot collide with a small integer
@@ -167,19 +169,24 @@ class PostgresEngine:
             f"for {self.timeout:g} s ({timeout}); the server is overloaded or a query hangs")
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        read_directly()   # a cached value read this way depends on the whole store
         with self._connection() as con:
             rows: list[tuple[Any, ...]] = con.execute(_pg(sql), args).fetchall()
             return rows
 
     @contextmanager
     def transaction(self) -> Iterator[_Transaction]:
-        """One write transaction; it tells every listener (:mod:`.notify`) when it commits."""
+        """One write transaction; it tells every listener (:mod:`.notify`) what it wrote
+        (:mod:`.changes`) when it commits."""
         with self._connection() as con:
             tx = con.transaction()
             tx.__enter__()
+            written = Written()
             try:
-                yield _Transaction(con)
-                con.execute(notify.NOTIFY)     # delivered at the commit, dropped on rollback
+                yield _Transaction(con, written)
+                written.change.writer = notify.writer(self._url)
+                # delivered at the commit, dropped on rollback
+                con.execute(notify.SEND, (notify.CHANNEL, payload(written.change)))
             except BaseException as exc:
                 tx.__exit__(type(exc), exc, exc.__traceback__)
                 raise
@@ -187,11 +194,13 @@ class PostgresEngine:
                 _commit(tx)
             finally:
                 # Also when the commit's outcome is unknown: a needless re-read costs little.
-                notify.wrote(self._url)
+                notify.wrote(self._url, written.change)
 
     def change_token(self) -> Hashable | None:
-        """A value that moves with every committed write to this store, known without asking
-        the server; None while this process's listener cannot vouch for it (ask instead)."""
+        """What this process was told changed in this store, as a
+        :class:`~convsel.tuning.store.changelog.View` (it moves with every committed write),
+        known without asking the server; None while this process's listener cannot vouch for
+        it (ask instead)."""
         found = self._listener
         if found is None or found.pid != os.getpid() or found.stopped:
             found = self._listener = notify.listener(self, self._url, self._psycopg.connect,
@@ -213,17 +222,23 @@ class PostgresEngine:
 
 
 class _Transaction:
-    def __init__(self, con: Any):
+    """Runs the statements of one transaction, and notes what they write (``written``)."""
+
+    def __init__(self, con: Any, written: Written):
         self._con = con
+        self._written = written
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        self._written.note(sql, [args])
         return int(self._con.execute(_pg(sql), args).rowcount)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
+            self._written.note(sql, rows)
             self._con.cursor().executemany(_pg(sql), rows)
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self._written.note(sql, [args])
         found: list[tuple[Any, ...]] = self._con.execute(_pg(sql), args).fetchall()
         return found
 
