@@ -491,25 +491,39 @@ def print_row(layer: Layer, batch: int, row: dict[str, Any]) -> None:
 
 # -- what each step of the tensor-core pipeline buys -------------------------------------------
 ABLATION_TILE = (128, 64, 2, 2)
-ABLATION_STEPS = (   # (name, params, register cap): v4's register caps and the two big tiles
-    ("registers (default pipeline)", {"load": "registers"}, None),
-    ("registers, cap 168 (3 groups/SM)", {"load": "registers"}, 168),
-    ("registers, cap 128 (4 groups/SM)", {"load": "registers"}, 128),
-    ("128x128x2x2 registers", {"mma": (128, 128, 2, 2), "load": "registers"}, None),
-    ("128x128x2x2 registers, cap 168", {"mma": (128, 128, 2, 2), "load": "registers"}, 168),
+V4 = {"ROUND_WEIGHTS": False, "FRAG2": False, "MMA_FREE": False, "CP_ASYNC_L1": False}
+V5 = {"ROUND_WEIGHTS": True, "CP_ASYNC_L1": True}
+ASYNC16 = {"load": "async", "slice": 16}
+ABLATION_STEPS = (   # (name, params, implicit_gemm_mma knobs): v5's steps, from v4's kernel on
+    ("reg (v4 kernel)", {"load": "registers"}, V4),
+    ("reg +B rounded", {"load": "registers"}, {**V4, "ROUND_WEIGHTS": True}),
+    ("reg +B rnd +frag2", {"load": "registers"}, {**V4, **V5, "FRAG2": True}),
+    ("reg +B rnd +mma_free", {"load": "registers"}, {**V4, **V5, "MMA_FREE": True}),
+    ("async 32w 2st .cg (v4)", {"load": "async", "slice": 32, "stages": 2}, V4),
+    ("async 32w 2st .ca", {"load": "async", "slice": 32, "stages": 2}, {**V4, **V5}),
+    ("async 16w 4st .ca", {**ASYNC16, "stages": 4}, {**V4, **V5}),
+    ("async 16w 4st .ca +frag2 +free", {**ASYNC16, "stages": 4},
+     {**V4, **V5, "FRAG2": True, "MMA_FREE": True}),
+    ("128x128x2x2 reg (v4)", {"mma": (128, 128, 2, 2), "load": "registers"}, V4),
+    ("128x128x2x2 reg +B rnd", {"mma": (128, 128, 2, 2), "load": "registers"}, {**V4, **V5}),
+    ("128x128x2x2 async 16w 3st .ca", {"mma": (128, 128, 2, 2), **ASYNC16, "stages": 3},
+     {**V4, **V5}),
+    ("128x128x4x4 reg", {"mma": (128, 128, 4, 4), "load": "registers"}, {**V4, **V5}),
+    ("128x128x4x4 async 16w 3st .ca", {"mma": (128, 128, 4, 4), **ASYNC16, "stages": 3},
+     {**V4, **V5}),
 )
-ABLATION_LAYERS = ("conv1", "layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2",
-                   "layer3.{1..5}.conv1", "layer4.0.downsample")
+ABLATION_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}.conv1",
+                   "layer4.0.downsample")
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
              ) -> list[dict[str, Any]]:
     """Each step of :data:`ABLATION_STEPS` (tile :data:`ABLATION_TILE` unless it names one;
-    ptxas's register cap, -cl-nv-maxrregcount, where one is named), on a few ResNet-50 layers
-    at batch 32, in TF32 and F16: kernel ms, checked like every candidate."""
+    the kernel's build knobs of implicit_gemm_mma set as the step names them, restored
+    after), on a few ResNet-50 layers at batch 32, in TF32 and F16: kernel ms, checked like
+    every candidate."""
     from convsel.backends.opencl import implicit_gemm_mma as igm
 
-    default = igm.MAX_REGISTERS
     layers, _ = load_layers(None, ["resnet50"])
     chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in ABLATION_LAYERS)]
     rng = np.random.default_rng(1)
@@ -523,19 +537,22 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(npd)
             ref, scale = reference64(torch, p, x, w)
             times = {}
-            for name, step, cap in ABLATION_STEPS:
+            for name, step, knobs in ABLATION_STEPS:
                 params = {"math": math_mode, "mma": ABLATION_TILE, **step}
-                igm.MAX_REGISTERS = cap
+                saved = {k: getattr(igm, k) for k in knobs}
+                for k, v in knobs.items():
+                    setattr(igm, k, v)
                 try:
                     r = run_candidate(torch, p, "implicit_gemm", params, runtime, x, w, ref,
                                       scale, args.repeats)
                 except ConvselError as exc:
                     r = {"failed": str(exc)}
                 finally:
-                    igm.MAX_REGISTERS = default
+                    for k, v in saved.items():
+                        setattr(igm, k, v)
                 times[name] = r.get("kernel_s") if r.get("correct") else None
                 rows.append({"layer": layer.name, "math": math_mode, "step": name,
-                             "max_registers": cap, **r})
+                             "knobs": knobs, **r})
             del ref, scale
             cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
             print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)

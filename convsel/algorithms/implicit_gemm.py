@@ -112,14 +112,20 @@ def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
 # time; "load" = "async" (cp.async, global to local) or "registers"; "stages" = local buffers
 # (registers: 1 or 2; async: 2 to 4); "split" = split-K. Backends fill what is not named.
 # (128, 128, 2, 2): 64x64 per warp, twice the mma per fragment loaded of a 32x64 warp tile.
+# (128, 128, 4, 4) and (128, 64, 4, 2): 32x32 per warp (accumulators 32 registers), so that a
+# big block tile (fewer bytes fetched per mma) still fits 16 warps on an SM.
 MMA_MATH = {"tf32": "F32", "f16": "F16"}
 MMA_TILES: tuple[tuple[int, int, int, int], ...] = (
-    (128, 256, 2, 4), (128, 128, 2, 2), (128, 128, 4, 2), (256, 128, 4, 2), (128, 64, 2, 2),
-    (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2),
+    (128, 256, 2, 4), (128, 128, 2, 2), (128, 128, 4, 4), (128, 128, 4, 2), (128, 64, 2, 2),
+    (128, 64, 4, 2), (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2),
+)
+# the tiles also offered staged by cp.async (where 16-byte loads fit C)
+MMA_ASYNC_TILES: tuple[tuple[int, int, int, int], ...] = (
+    (128, 128, 2, 2), (128, 128, 4, 4), (128, 64, 2, 2), (128, 64, 4, 2), (64, 64, 2, 2),
 )
 MMA_SLICES = (16, 32)
 MMA_LOADS = ("async", "registers")
-MAX_MMA_VARIANTS = 7
+MAX_MMA_VARIANTS = 9
 MMA_LOCAL_BYTES = 48 * 1024       # what OpenCL on NVIDIA gives a work-group
 
 
@@ -205,23 +211,24 @@ def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
 
 
 def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
-    """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles, plus one
-    staged by cp.async): TF32 for an F32 problem with fast math, F16 for an F16 problem,
-    none otherwise; the tiles whose work-group is not mostly idle on this problem."""
+    """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles, and those
+    of :data:`MMA_ASYNC_TILES` once more staged by cp.async): TF32 for an F32 problem with
+    fast math, F16 for an F16 problem, none otherwise; the tiles whose work-group is not
+    mostly idle on this problem."""
     math_mode = "f16" if p.dtype == "F16" else "tf32" if p.fast_math else None
     if math_mode is None or p.groups != 1:
         return []
     m = p.n * p.out_h * p.out_w
     fit = [t for t in MMA_TILES if t[0] <= 2 * m and t[1] <= 2 * p.k]
     tiles = (fit or [MMA_TILES[-1]])[:MAX_MMA_VARIANTS]
-    # the pipeline is the backend's choice (registers: on the H100 they beat cp.async on 7 of
-    # 8 layer/math pairs, benchmarks/NOTES-gpu.md), except one variant staged by cp.async
-    # where 16-byte loads fit C (the backend refuses it otherwise)
+    # the pipeline is the backend's choice (registers unless "load" is named), and the tiles of
+    # MMA_ASYNC_TILES once more staged by cp.async where 16-byte loads fit C (the backend
+    # refuses it otherwise)
     tc = [{"math": math_mode, "mma": t} for t in tiles]
     flat = p.kh * p.kw > 1 and p.c < 8          # one flat reduction, loaded word by word
     if p.c % (4 * (2 if math_mode == "f16" else 1)) == 0 and not flat:
-        tc.append({"math": math_mode, "mma": tiles[1 if len(tiles) > 1 else 0],
-                   "load": "async"})
+        tc += [{"math": math_mode, "mma": t, "load": "async"} for t in tiles
+               if t in MMA_ASYNC_TILES]
     return tc
 
 

@@ -48,6 +48,18 @@ EMULATE_WITHOUT_TENSOR_CORES = False
 # fragments, 16-byte swizzle) rather than by 64-bit loads of word pairs. A knob only for the
 # ablation in benchmarks/gpu.py and for tests that check both layouts; always on in use.
 LDMATRIX = True
+# cp.async through L1 (.ca) rather than L2 only (.cg): a 3x3 layer's neighbouring taps, and
+# the work-groups an SM runs side by side, read the same input rows, which .cg fetches from L2
+# every time. A knob only for the ablation in benchmarks/gpu.py; always on in use.
+CP_ASYNC_L1 = True
+# TF32: the weights are rounded to TF32 (cvt.rna's rounding) once, on the host, when the
+# kernel is prepared, so the kernel converts only the input's words. A knob for the ablation.
+ROUND_WEIGHTS = True
+# Fragments of the next k-step loaded before the current one is multiplied (FRAG2), and the
+# mma as a non-volatile asm (MMA_FREE): knobs for the ablation, off in use unless it says
+# otherwise (benchmarks/NOTES-gpu.md, v5).
+FRAG2 = False
+MMA_FREE = False
 # ptxas's register cap per work-item (-cl-nv-maxrregcount), or None for the compiler's own
 # choice. A knob only for the ablation in benchmarks/gpu.py (fewer registers, more work-groups
 # per SM, against spills); never set in use.
@@ -121,18 +133,19 @@ def least_padding_slices(reduction: int, per_word: int) -> list[int]:
 def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,
              widths: list[int] | None = None) -> tuple[int, str, int]:
     """(slice words, load, stages): what ``params`` name, the rest chosen: registers unless
-    cp.async is named (on the H100 registers were faster on 7 of 8 layer/math pairs,
-    benchmarks/NOTES-gpu.md), the first of ``widths`` (default: the widest slice) that still
-    leaves two stages, and as many stages as local memory holds (registers 2, cp.async up
-    to 4)."""
+    cp.async is named, the first of ``widths`` (default: the widest slice) that still leaves
+    two stages (registers) or three (cp.async, whose point is copies in flight for more than
+    the next slice), and as many stages as local memory holds (registers 2, cp.async up to
+    4)."""
     load = params.get("load") or "registers"
     most = 4 if load == "async" else 2
     named = params.get("slice")
+    least = 2 if params.get("stages") or load != "async" else 3
     widths = widths or sorted(MMA_SLICES, reverse=True)
     for slice_words in [int(named)] if named else widths:
         fit = limit // mma_stage_bytes(tile, slice_words)
         stages = int(params.get("stages") or max(1, min(most, fit)))
-        if named or slice_words == widths[-1] or 2 <= stages <= fit:
+        if named or slice_words == widths[-1] or least <= stages <= fit:
             return slice_words, str(load), stages
     raise AssertionError("unreachable: the narrowest slice always returns")
 
@@ -232,6 +245,9 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
                f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
     options += ["-DFLAT", f"-DCIN={p.c}"] if config.flat else []
+    options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}"]
+    options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
+    options += ["-DMMA_FREE"] if MMA_FREE else []
     # The emulation only checks the kernel's indexing and arithmetic where there are no tensor
     # cores (the tests, on PoCL), and PoCL spends seconds optimising its barrier-heavy
     # fragments: unoptimised it builds ~6x faster. The sums cannot change: TF32 and F16
@@ -240,6 +256,18 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     if MAX_REGISTERS is not None and not emulate:
         options.append(f"-cl-nv-maxrregcount={MAX_REGISTERS}")
     return options
+
+
+def tf32_rounded(w: np.ndarray) -> np.ndarray:
+    """float32 ``w`` rounded as cvt.rna.tf32.f32 rounds it (nearest, ties away from zero, 10
+    fraction bits; the low 13 bits zero), so that the kernel need not: infinities stay, NaN
+    becomes a NaN whose payload lies in the bits the tensor cores read (a payload only in the
+    low 13 bits would read as infinity)."""
+    bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    out = np.where(np.isfinite(w), rounded, bits)
+    out = np.where(np.isnan(w), np.uint32(0x7FFFE000), out)
+    return out.astype(np.uint32).view(np.float32)
 
 
 def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
@@ -258,7 +286,10 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
                                  after=("splitk",))
     program = runtime.program(source, tuple(options))
     # OHWI as it comes: each output channel's KH*KW*C weights contiguous (B's columns).
-    w_dev = runtime.buffer(0, np.ascontiguousarray(w, dtype=dtype))
+    weights = np.ascontiguousarray(w, dtype=dtype)
+    if "-DB_ROUNDED" in options:
+        weights = tf32_rounded(weights)
+    w_dev = runtime.buffer(0, weights)
     b_dev = bias_buffer(runtime, bias, dtype)
     x_dev = runtime.buffer(plan.sizes["x"])
     y_dev = runtime.buffer(plan.sizes["y"])

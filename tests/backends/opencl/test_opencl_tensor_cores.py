@@ -287,6 +287,65 @@ def test_both_fragment_loads_emulated(rt, monkeypatch, ldmatrix):
             _tight_check(p, params, rt, x, w, b, y, 1)
 
 
+@pytest.mark.parametrize("frag2", [True, False], ids=["frag2", "frag1"])
+def test_fragment_double_buffering_emulated(rt, monkeypatch, frag2):
+    """FRAG2 (the next k-step's fragments loaded before this one is multiplied) makes the same
+    products through both fragment loads and both pipelines, at one k-step per slice (TF32
+    16-word slices: two k-steps; F16: two) and more."""
+    monkeypatch.setattr(igm, "FRAG2", frag2)
+    for ldmatrix in (True, False):
+        monkeypatch.setattr(igm, "LDMATRIX", ldmatrix)
+        for p in (EMULATED[0], EMULATED[4]):
+            for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (64, 40, 2, 1), "slice": 16},
+                          {"mma": (32, 64, 1, 2), "load": "async", "stages": 3}):
+                params = {"math": _math(p), **extra}
+                options = igm.build_options(p, igm.configure(p, params, rt, emulate=True),
+                                            None, emulate=True)
+                assert f"-DFRAG2={int(frag2)}" in options
+                x, w, b, y, _ = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, 1)
+
+
+def test_tf32_weights_rounded_on_the_host_as_the_kernel_rounds_them():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(4096).astype(np.float32) * np.float32(1e3)
+    # ties (the dropped 13 bits exactly 0x1000) go away from zero, as cvt.rna
+    ties = (np.array([1.0, -1.0, 3.0], np.float32).view(np.uint32) | np.uint32(0x1000))
+    w = np.concatenate([w, ties.view(np.float32), np.float32([np.inf, -np.inf, 0.0, -0.0])])
+    np.testing.assert_array_equal(igm.tf32_rounded(w).view(np.uint32),
+                                  tf32_round(w).view(np.uint32))
+    assert (igm.tf32_rounded(w).view(np.uint32) & np.uint32(0x1FFF) == 0).all()
+    nan = np.float32([1.0]).view(np.uint32) | np.uint32(0x7F800001)     # payload in low bits
+    assert np.isnan(igm.tf32_rounded(nan.view(np.float32))).all()
+    assert (igm.tf32_rounded(nan.view(np.float32)).view(np.uint32) & np.uint32(0x1FFF) == 0).all()
+
+
+@pytest.mark.parametrize("round_weights", [True, False], ids=["host-rounded", "kernel-rounded"])
+def test_tf32_weights_rounded_on_the_host_or_in_the_kernel_agree(rt, monkeypatch,
+                                                                 round_weights):
+    """B rounded once on the host (B_ROUNDED) or by the kernel, both pipelines: the same
+    products as float64 on the TF32-rounded operands."""
+    monkeypatch.setattr(igm, "ROUND_WEIGHTS", round_weights)
+    p = EMULATED[0]
+    for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (32, 64, 1, 2), "load": "async"}):
+        params = {"math": "tf32", **extra}
+        options = igm.build_options(p, igm.configure(p, params, rt, emulate=True), None,
+                                    emulate=True)
+        assert ("-DB_ROUNDED" in options) == round_weights
+        x, w, b, y, _ = _run(p, params, rt, emulate=True)
+        _tight_check(p, params, rt, x, w, b, y, 1)
+
+
+def test_warp_tiles_of_32x32_in_big_work_groups_emulated(rt):
+    """(128, 64, 4, 2): eight warps of 32x32, each work-item staging fewer rows than it has
+    warps' worth (RSTEP below the tile), in both pipelines."""
+    p = EMULATED[0]
+    for extra in ({}, {"load": "async"}):
+        params = {"math": "tf32", "mma": (128, 64, 4, 2), **extra}
+        x, w, b, y, _ = _run(p, params, rt, emulate=True)
+        _tight_check(p, params, rt, x, w, b, y, 1)
+
+
 def test_cp_async_emulated(rt):
     """cp.async (copies straight to local memory, TF32 rounded at the fragments) runs
     emulated as plain copies: its indexing checked like the registers path; with no load

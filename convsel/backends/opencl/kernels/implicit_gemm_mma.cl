@@ -69,6 +69,15 @@
 #if !defined(LDSM)
 #define LDSM 1
 #endif
+#if !defined(CP_L1)
+#define CP_L1 1                       // cp.async.ca (through L1) rather than .cg (L2 only)
+#endif
+#if !defined(FRAG2)
+#define FRAG2 0
+#endif
+#if defined(B_ROUNDED) && !defined(MATH_TF32)
+#error "B_ROUNDED: TF32 weights rounded on the host"
+#endif
 
 // The swizzle (no padding: rows are SW words). LDSM 1, fragments by ldmatrix: 16-byte chunk
 // c of row r sits at chunk c ^ SWZ(r). One ldmatrix matrix reads the same chunk of 8
@@ -134,11 +143,17 @@
 #define ELEM_BITS(p, off) ((uint)(p)[(off)])
 #endif
 
-// A staged word as the mma wants it: TF32 words copied raw by cp.async are rounded here.
+// A staged word as the mma wants it: TF32 words copied raw by cp.async are rounded here;
+// B_ROUNDED: the weights were rounded to TF32 once, on the host, so B's words are not.
 #if ASYNC && defined(MATH_TF32)
 #define FRAG(u) to_tf32(as_float(u))
 #else
 #define FRAG(u) (u)
+#endif
+#if ASYNC && defined(MATH_TF32) && !defined(B_ROUNDED)
+#define FRAG_B(u) to_tf32(as_float(u))
+#else
+#define FRAG_B(u) (u)
 #endif
 
 #if ASYNC && defined(MMA_EMULATE)
@@ -152,8 +167,13 @@ inline void cp_commit(void) {}
 #elif ASYNC
 inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
+#if CP_L1
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+#endif
 }
 inline void cp_commit(void) {
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -181,102 +201,96 @@ inline void cp_commit(void) {
                                      2 * (ks) + (((L) >> 3) & 1))
 #endif
 
-// One staged slice: SW/8 k-steps of FM x FN mma fragments into the warp's accumulators.
-// `a_row`, `b_row`: the first rows of the warp's A and B fragments in the stage (LDSM 1), or
-// this lane's first rows (LDSM 0, with `t4` its word pair).
-inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4,
-                           float acc[FM][FN][4], __local uint* mma_scr, int lane) {
-#if !LDSM
-    const int swz = SWZ(a_row);        // rows g, g+8, g+16... share it (multiples of 16 apart)
-#endif
 #if defined(MMA_EMULATE)
-#pragma unroll 1
+#define UNROLL _Pragma("unroll 1")
 #else
-#pragma unroll
+#define UNROLL _Pragma("unroll")
 #endif
-    for (int ks = 0; ks < SW / 8; ++ks) {
-        uint a[FM][4], b[FN][2];
+
+// The fragments of k-step ks of a staged slice: FM A fragments and FN B fragments of the
+// warp. `a_row`, `b_row`: the first rows of the warp's A and B fragments in the stage
+// (LDSM 1), or this lane's first rows (LDSM 0, with `t4` its word pair).
+inline void load_fragments(__local const uint* src, int a_row, int b_row, int t4, int ks,
+                           uint a[FM][4], uint b[FN][2], int lane) {
 #if LDSM
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i) {
+    UNROLL
+    for (int i = 0; i < FM; ++i) {
 #define A_ROW_WORD(L) (A_LANE_WORD(L, ks) + i * 16 * SW)
-            LDSM_X4(a[i][0], a[i][1], a[i][2], a[i][3], src, A_ROW_WORD);
+        LDSM_X4(a[i][0], a[i][1], a[i][2], a[i][3], src, A_ROW_WORD);
 #undef A_ROW_WORD
-        }
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int j = 0; j + 1 < FN; j += 2) {
+    }
+    UNROLL
+    for (int j = 0; j + 1 < FN; j += 2) {
 #define B_ROW_WORD(L) (B_LANE_WORD(L, ks) + j * 8 * SW)
-            LDSM_X4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], src, B_ROW_WORD);
+        LDSM_X4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], src, B_ROW_WORD);
 #undef B_ROW_WORD
-        }
+    }
 #if FN % 2
 #define B_ROW_WORD(L) (B_LANE_WORD(L, ks) + (FN - 1) * 8 * SW)
-        LDSM_X2(b[FN - 1][0], b[FN - 1][1], src, B_ROW_WORD);
+    LDSM_X2(b[FN - 1][0], b[FN - 1][1], src, B_ROW_WORD);
 #undef B_ROW_WORD
 #endif
 #if ASYNC && defined(MATH_TF32)
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i)
-            for (int r = 0; r < 4; ++r) a[i][r] = FRAG(a[i][r]);
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int j = 0; j < FN; ++j) {
-            b[j][0] = FRAG(b[j][0]);
-            b[j][1] = FRAG(b[j][1]);
-        }
-#endif
-#else
-        const int pair = ((((4 * ks) ^ swz) + t4) << 1);   // word 2t of k-step ks, swizzled
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i) {
-            const uint2 lo = *(__local const uint2*)(src + (a_row + i * 16) * SW + pair);
-            const uint2 hi = *(__local const uint2*)(src + (a_row + i * 16 + 8) * SW + pair);
-            a[i][0] = FRAG(lo.x); a[i][1] = FRAG(hi.x); a[i][2] = FRAG(lo.y);
-            a[i][3] = FRAG(hi.y);
-        }
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int j = 0; j < FN; ++j) {
-            const uint2 v = *(__local const uint2*)(src + (b_row + j * 8) * SW + pair);
-            b[j][0] = FRAG(v.x); b[j][1] = FRAG(v.y);
-        }
-#endif
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i)
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-            for (int j = 0; j < FN; ++j)
-                MMA(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[j][0], b[j][1]);
+    UNROLL
+    for (int i = 0; i < FM; ++i)
+        for (int r = 0; r < 4; ++r) a[i][r] = FRAG(a[i][r]);
+    UNROLL
+    for (int j = 0; j < FN; ++j) {
+        b[j][0] = FRAG_B(b[j][0]);
+        b[j][1] = FRAG_B(b[j][1]);
     }
+#endif
+#else
+    const int swz = SWZ(a_row);        // rows g, g+8, g+16... share it (multiples of 16 apart)
+    const int pair = ((((4 * ks) ^ swz) + t4) << 1);   // word 2t of k-step ks, swizzled
+    UNROLL
+    for (int i = 0; i < FM; ++i) {
+        const uint2 lo = *(__local const uint2*)(src + (a_row + i * 16) * SW + pair);
+        const uint2 hi = *(__local const uint2*)(src + (a_row + i * 16 + 8) * SW + pair);
+        a[i][0] = FRAG(lo.x); a[i][1] = FRAG(hi.x); a[i][2] = FRAG(lo.y);
+        a[i][3] = FRAG(hi.y);
+    }
+    UNROLL
+    for (int j = 0; j < FN; ++j) {
+        const uint2 v = *(__local const uint2*)(src + (b_row + j * 8) * SW + pair);
+        b[j][0] = FRAG_B(v.x); b[j][1] = FRAG_B(v.y);
+    }
+#endif
+}
+
+inline void multiply_fragments(float acc[FM][FN][4], uint a[FM][4], uint b[FN][2],
+                               __local uint* mma_scr, int lane) {
+    UNROLL
+    for (int i = 0; i < FM; ++i)
+        UNROLL
+        for (int j = 0; j < FN; ++j)
+            MMA(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[j][0], b[j][1]);
+}
+
+// One staged slice: SW/8 k-steps of FM x FN mma fragments into the warp's accumulators.
+// FRAG2: the fragments of k-step ks + 1 are loaded before k-step ks is multiplied (two
+// sets of fragment registers), so that local-memory latency overlaps the mma of the step
+// before instead of stalling it.
+inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4,
+                           float acc[FM][FN][4], __local uint* mma_scr, int lane) {
+#if FRAG2
+    uint a[2][FM][4], b[2][FN][2];
+    load_fragments(src, a_row, b_row, t4, 0, a[0], b[0], lane);
+    UNROLL
+    for (int ks = 0; ks < SW / 8; ++ks) {
+        if (ks + 1 < SW / 8)
+            load_fragments(src, a_row, b_row, t4, ks + 1, a[(ks + 1) & 1], b[(ks + 1) & 1],
+                           lane);
+        multiply_fragments(acc, a[ks & 1], b[ks & 1], mma_scr, lane);
+    }
+#else
+    UNROLL
+    for (int ks = 0; ks < SW / 8; ++ks) {
+        uint a[FM][4], b[FN][2];
+        load_fragments(src, a_row, b_row, t4, ks, a, b, lane);
+        multiply_fragments(acc, a, b, mma_scr, lane);
+    }
+#endif
 }
 
 // finish_store (common.cl) of two adjacent outputs, `index` even: one aligned store.
@@ -550,10 +564,18 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #define TO_WORDS(u) (u)
 #endif
 
+#if defined(B_ROUNDED)
+#define TO_WORDS_B(u) (u)
+#else
+#define TO_WORDS_B(u) TO_WORDS(u)
+#endif
+
 #if UW == 4
 #define PUT(buf, word, u) (*(__local uint4*)((buf) + (word)) = TO_WORDS(u))
+#define PUT_B(buf, word, u) (*(__local uint4*)((buf) + (word)) = TO_WORDS_B(u))
 #else
 #define PUT(buf, word, u) ((buf)[(word)] = TO_WORDS(u))
+#define PUT_B(buf, word, u) ((buf)[(word)] = TO_WORDS_B(u))
 #endif
 
 #define STORE_STAGE(s)                                                                     \
@@ -562,7 +584,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         for (int l = 0; l < LA; ++l)                                                       \
             if (A_UNIT_OK(l)) PUT(dst, UNIT_WORD(u_row, l), pa[l]);                        \
         for (int l = 0; l < LB; ++l)                                                       \
-            if (B_UNIT_OK(l)) PUT(dst + BM * SW, UNIT_WORD(u_row, l), pb[l]);              \
+            if (B_UNIT_OK(l)) PUT_B(dst + BM * SW, UNIT_WORD(u_row, l), pb[l]);              \
     }
 
     if (t_begin < t_end) {

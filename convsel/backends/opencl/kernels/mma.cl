@@ -121,15 +121,24 @@ inline void emulated_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, 
 
 #else
 
+// MMA_FREE: the mma and the TF32 rounding as plain (not volatile) asm, pure functions of
+// their registers, which the compiler may schedule among the fragment loads (volatile asm
+// keeps its source order).
+#if defined(MMA_FREE)
+#define MMA_ASM asm
+#else
+#define MMA_ASM asm volatile
+#endif
+
 inline uint to_tf32(float f) {
     uint r;
-    asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    MMA_ASM("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
     return r;
 }
 
 #define MMA_SCRATCH_WORDS 1
 #define MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
-    asm volatile(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"        \
+    MMA_ASM(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"             \
                  : "=f"((d)[0]), "=f"((d)[1]), "=f"((d)[2]), "=f"((d)[3])                   \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),                    \
                    "f"((d)[0]), "f"((d)[1]), "f"((d)[2]), "f"((d)[3]))
