@@ -56,8 +56,8 @@ CP_ASYNC_L1 = True
 # kernel is prepared, so the kernel converts only the input's words. A knob for the ablation.
 ROUND_WEIGHTS = True
 # Fragments of the next k-step loaded before the current one is multiplied (FRAG2), and the
-# mma as a non-volatile asm (MMA_FREE): knobs for the ablation, off in use unless it says
-# otherwise (benchmarks/NOTES-gpu.md, v5).
+# mma as a non-volatile asm (MMA_FREE): knobs for the ablation, off in use: on the H100 both
+# were within noise of the plain kernel (benchmarks/NOTES-gpu.md, v5).
 FRAG2 = False
 MMA_FREE = False
 # ptxas's register cap per work-item (-cl-nv-maxrregcount), or None for the compiler's own
@@ -134,18 +134,17 @@ def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,
              widths: list[int] | None = None) -> tuple[int, str, int]:
     """(slice words, load, stages): what ``params`` name, the rest chosen: registers unless
     cp.async is named, the first of ``widths`` (default: the widest slice) that still leaves
-    two stages (registers) or three (cp.async, whose point is copies in flight for more than
-    the next slice), and as many stages as local memory holds (registers 2, cp.async up to
-    4)."""
+    two stages, and as many stages as local memory holds (registers 2, cp.async up to 4).
+    Wide slices first: on the H100 cp.async in 32-word slices with 2 stages beat 16-word
+    slices with 4 by 15-27% (half the barriers per mma; benchmarks/NOTES-gpu.md, v5)."""
     load = params.get("load") or "registers"
     most = 4 if load == "async" else 2
     named = params.get("slice")
-    least = 2 if params.get("stages") or load != "async" else 3
     widths = widths or sorted(MMA_SLICES, reverse=True)
     for slice_words in [int(named)] if named else widths:
         fit = limit // mma_stage_bytes(tile, slice_words)
         stages = int(params.get("stages") or max(1, min(most, fit)))
-        if named or slice_words == widths[-1] or least <= stages <= fit:
+        if named or slice_words == widths[-1] or 2 <= stages <= fit:
             return slice_words, str(load), stages
     raise AssertionError("unreachable: the narrowest slice always returns")
 

@@ -337,13 +337,14 @@ def test_tf32_weights_rounded_on_the_host_or_in_the_kernel_agree(rt, monkeypatch
 
 
 def test_warp_tiles_of_32x32_in_big_work_groups_emulated(rt):
-    """(128, 64, 4, 2): eight warps of 32x32, each work-item staging fewer rows than it has
-    warps' worth (RSTEP below the tile), in both pipelines."""
-    p = EMULATED[0]
-    for extra in ({}, {"load": "async"}):
-        params = {"math": "tf32", "mma": (128, 64, 4, 2), **extra}
-        x, w, b, y, _ = _run(p, params, rt, emulate=True)
-        _tight_check(p, params, rt, x, w, b, y, 1)
+    """(128, 64, 4, 2) and (64, 128, 2, 4): eight warps of 32x32, each work-item staging
+    fewer rows than it has warps' worth (RSTEP below the tile), in both pipelines."""
+    for p in (EMULATED[0], EMULATED[4]):
+        for tile in ((128, 64, 4, 2), (64, 128, 2, 4)):
+            for extra in ({}, {"load": "async"}):
+                params = {"math": _math(p), "mma": tile, **extra}
+                x, w, b, y, _ = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, 1)
 
 
 def test_cp_async_emulated(rt):
