@@ -257,7 +257,8 @@ def run_candidate(torch: Any, p: ConvProblem, alg: str, params: dict, runtime: A
         check = err
     else:            # tensor cores: per output, against its own sum of |products|
         splits = max(1, int(kernel.workspace_bytes) // (4 * y.size))    # split-K partials
-        bound = mma.error_bound(math_mode, p.dtype, p.kh * p.kw * p.c, splits)
+        sums = splits * int(params.get("warps_k") or 1)              # and sliced K's
+        bound = mma.error_bound(math_mode, p.dtype, p.kh * p.kw * p.c, sums)
         check = float((diff / scale).max().item()) if finite else math.inf
     first = kernel_seconds(kernel, 1)[0]
     # slow candidates get fewer runs: they cannot be the fastest, and time is short

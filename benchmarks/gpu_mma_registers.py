@@ -1,7 +1,7 @@
 """Registers, spills and local memory of the tensor-core kernel's builds, as NVIDIA's compiler
 reports them (``-cl-nv-verbose``: ptxas's own "Used N registers, ... spill stores" lines),
-for each declared mma tile and both pipelines on one ResNet-50 layer, a few tiles with their
-fragments double-buffered (FRAG2), and the stem's flat reduction.
+for each declared mma tile and both pipelines on one ResNet-50 layer (and with sliced K), a
+few tiles with their fragments double-buffered (FRAG2), and the stem's flat reduction.
 A spilling or register-starved build explains a slow variant that timings alone cannot.
 
     python3 benchmarks/gpu_mma_registers.py [--budget-s 60] [--out registers.txt]
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYOPENCL_NO_CACHE"] = "1"
 os.environ["CUDA_CACHE_DISABLE"] = "1"
 
-from convsel.algorithms.implicit_gemm import MMA_TILES  # noqa: E402
+from convsel.algorithms.implicit_gemm import MMA_SLICED_TILES, MMA_TILES  # noqa: E402
 from convsel.backends.opencl import get_runtime, mma  # noqa: E402
 from convsel.backends.opencl import implicit_gemm_mma as igm  # noqa: E402
 from convsel.backends.opencl import program as prog  # noqa: E402
@@ -60,21 +60,24 @@ def main(argv: list[str] | None = None) -> int:
     source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
                                  after=("splitk",))
     started, lines = time.perf_counter(), []
-    # (layer, math, tile, load, FRAG2): every tile and pipeline on layer3's 3x3, then FRAG2
-    # on a few, then the stem's flat reduction on every tile
-    cases = [("layer3.conv2", LAYER, m, t, load, False) for m in mma.MATH_MODES
-             for t in MMA_TILES for load in ("registers", "async")]
-    cases += [("layer3.conv2", LAYER, m, t, load, True) for m in mma.MATH_MODES
+    # (layer, math, tile, load, FRAG2, warps_k): sliced K, every tile and pipeline on layer3's
+    # 3x3, then FRAG2 on a few, then the stem's flat reduction on every tile
+    cases = [("layer3.conv2", LAYER, m, t, load, False, 2) for m in mma.MATH_MODES
+             for t in MMA_SLICED_TILES for load in ("registers", "async")]
+    cases += [("layer3.conv2", LAYER, m, t, load, False, 1) for m in mma.MATH_MODES
+              for t in MMA_TILES for load in ("registers", "async")]
+    cases += [("layer3.conv2", LAYER, m, t, load, True, 1) for m in mma.MATH_MODES
               for t in FRAG2_TILES for load in ("registers", "async")]
-    cases += [("conv1", STEM, m, t, "registers", False) for m in mma.MATH_MODES
+    cases += [("conv1", STEM, m, t, "registers", False, 1) for m in mma.MATH_MODES
               for t in MMA_TILES]
-    for name, layer, math_mode, tile, load, frag2 in cases:
-        what = f"{name} {math_mode} mma={'x'.join(map(str, tile))} {load} frag2={int(frag2)}"
+    for name, layer, math_mode, tile, load, frag2, warps_k in cases:
+        what = (f"{name} {math_mode} mma={'x'.join(map(str, tile))} {load} frag2={int(frag2)} "
+                f"warps_k={warps_k}")
         if time.perf_counter() - started > args.budget_s:
             lines.append(f"budget ran out before {what}")
             break
         p = layer.replace(dtype="F16" if math_mode == "f16" else "F32", fast_math=True)
-        params = {"math": math_mode, "mma": tile, "load": load}
+        params = {"math": math_mode, "mma": tile, "load": load, "warps_k": warps_k}
         verdict = igm.supports(p, params, runtime)
         if not verdict.ok:
             lines.append(f"{what}: not run here: {verdict.reason}")

@@ -83,14 +83,23 @@ class MmaConfig:
     flat: bool                # the whole reduction as one tap (few channels: the stem)
     splits: int
     slices: int               # of the whole reduction (all splits)
+    warps_k: int = 1          # warps sharing each warp tile (sliced K)
 
     @property
     def threads(self) -> int:
-        return 32 * self.tile[2] * self.tile[3]
+        return 32 * self.tile[2] * self.tile[3] * self.warps_k
 
     @property
     def local_bytes(self) -> int:
-        return self.stages * mma_stage_bytes(self.tile, self.slice_words)
+        """The stages, or (sliced K) the partial sums of all but one warp per warp tile."""
+        sums = (self.warps_k - 1) * self.tile[0] * self.tile[1] * 4
+        return max(self.stages * mma_stage_bytes(self.tile, self.slice_words), sums)
+
+    @property
+    def partial_sums(self) -> int:
+        """Partial sums each output adds up at the end (split-K times sliced K): the error
+        bound's count of them."""
+        return self.splits * self.warps_k
 
 
 def elements_per_word(math_mode: str) -> int:
@@ -191,7 +200,7 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
         raise UnsupportedError(f"split {splits}: the reduction has {slices} slices; choose "
                                f"1..{slices}", algorithm=ALGORITHM, backend="opencl")
     return MmaConfig(math_mode, tile, slice_words, load, stages, unit, flat, splits,
-                     slices)
+                     slices, int(resolved.get("warps_k") or 1))
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
@@ -239,6 +248,7 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     # Halves move as bits (never native half arithmetic); DATA_* is the storage of y, bias.
     options = [f"-DMATH_{config.math.upper()}", f"-DDATA_{p.dtype}", f"-DBM={bm}",
                f"-DBN={bn}", f"-DWARPS_M={wm}", f"-DWARPS_N={wn}",
+               f"-DWARPS_K={config.warps_k}",
                f"-DSW={config.slice_words}", f"-DSTAGES={config.stages}",
                f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}",
                f"-DLDSM={int(LDMATRIX)}"]

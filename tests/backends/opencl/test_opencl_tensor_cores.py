@@ -347,6 +347,38 @@ def test_warp_tiles_of_32x32_in_big_work_groups_emulated(rt):
                 _tight_check(p, params, rt, x, w, b, y, 1)
 
 
+@pytest.mark.parametrize("load", ["registers", "async"])
+def test_sliced_k_emulated(rt, monkeypatch, load):
+    """warps_k 2: two warps per warp tile, each multiplying half of every slice's k-steps
+    (one of two at 16 words in TF32), their partial sums added through local memory; with
+    both fragment loads and FRAG2, and split-K on top."""
+    for frag2, ldmatrix in ((False, True), (True, True), (False, False)):
+        monkeypatch.setattr(igm, "FRAG2", frag2)
+        monkeypatch.setattr(igm, "LDMATRIX", ldmatrix)
+        for p in (EMULATED[0], EMULATED[4], EMULATED[3]):
+            for extra in ({"mma": (32, 24, 1, 1), "warps_k": 2},
+                          {"mma": (64, 64, 2, 2), "warps_k": 2, "slice": 16},
+                          {"mma": (32, 64, 1, 2), "warps_k": 2, "split": 2}):
+                params = {"math": _math(p), "load": load, **extra}
+                if "split" in extra:      # a 1x1 layer of 24 channels is one slice: no split
+                    one = igm.configure(p, {**params, "split": 1}, rt, emulate=True)
+                    params["split"] = min(extra["split"], one.slices)
+                config = igm.configure(p, params, rt, emulate=True)
+                assert config.threads == 64 * extra["mma"][2] * extra["mma"][3]
+                assert config.partial_sums == 2 * config.splits
+                x, w, b, y, kernel = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, config.partial_sums)
+
+
+def test_sliced_k_is_checked_with_its_reason():
+    p = F32_FAST
+    for params, why in (({"mma": (64, 64, 2, 2), "warps_k": 3}, "warps_k must be 1 or 2"),
+                        ({"mma": (128, 128, 4, 4), "warps_k": 2}, "at most 16"),
+                        ({"mma": (128, 128, 2, 2), "warps_k": 2}, "partial sums need")):
+        verdict = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32", **params})
+        assert not verdict.ok and why in verdict.reason, verdict.reason
+
+
 def test_cp_async_emulated(rt):
     """cp.async (copies straight to local memory, TF32 rounded at the fragments) runs
     emulated as plain copies: its indexing checked like the registers path; with no load
@@ -417,7 +449,8 @@ def _native_case(p: ConvProblem, runtime, seed: int = 0, bias: bool = True) -> i
         config = igm.configure(p, params, runtime)
         kernel = igm.prepare(p, w, b if bias else None, params, runtime)
         y = kernel.run(x).astype(np.float64)
-        bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c, config.splits)
+        bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c,
+                                config.partial_sums)
         finite = bool(np.isfinite(y).all())
         err = float(np.max(np.abs(y - ref) / scale)) if finite else math.inf
         norm = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if finite else math.inf

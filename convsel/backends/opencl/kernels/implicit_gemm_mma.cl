@@ -8,12 +8,16 @@
 //             contiguous, which is the "col" operand mma.sync wants)
 //
 // A work-group of WARPS_M x WARPS_N warps computes a BM x BN tile of Y; each warp a
-// (BM/WARPS_M) x (BN/WARPS_N) tile of 16x8 mma fragments. The reduction runs in slices of SW
-// words (SW TF32 channels or 2*SW halves) of one tap; each slice of A and of B is staged in
-// local memory as rows of SW words, k fastest, swizzled (XOR by the row, no padding) so that
-// the warps' fragment loads hit distinct banks: LDSM 1 (the default), one ldmatrix.x4 per A
-// fragment and per two B fragments, on 16-byte chunks; LDSM 0, 64-bit loads of word pairs on
-// 8-byte chunks (kept for the ablation in benchmarks/gpu.py).
+// (BM/WARPS_M) x (BN/WARPS_N) tile of 16x8 mma fragments. WARPS_K > 1 (sliced K): that many
+// warps share each warp tile, warp wk multiplying k-steps wk, wk + WARPS_K, ... of every
+// slice; their partial sums meet in local memory at the end (more warps per work-group, so
+// more to hide latency with, at the same block tile and bytes per mma).
+// The reduction runs in slices of SW words (SW TF32 channels or 2*SW halves) of one tap;
+// each slice of A and of B is staged in local memory as rows of SW words, k fastest,
+// swizzled (XOR by the row, no padding) so that the warps' fragment loads hit distinct
+// banks: LDSM 1 (the default), one ldmatrix.x4 per A fragment and per two B fragments, on
+// 16-byte chunks; LDSM 0, 64-bit loads of word pairs on 8-byte chunks (kept for the ablation
+// in benchmarks/gpu.py).
 // Two ways to stage a slice:
 // - registers (ASYNC 0): the next slice is fetched into registers while the current one is
 //   multiplied (TF32 words rounded with cvt.rna on the way to local memory); STAGES 1 or 2
@@ -32,10 +36,14 @@
 //
 // Build options: MATH_TF32 | MATH_F16, DATA_F32 | DATA_F16 (storage; halves move as bits),
 // BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, FLAT and CIN, ACT*, HAS_BIAS,
-// MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code). Local size (32*WARPS_M*WARPS_N, 1, 1), fixed; global size
+// WARPS_K, MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code).
+// Local size (32*WARPS_M*WARPS_N*WARPS_K, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
-#define NWARPS (WARPS_M * WARPS_N)
+#if !defined(WARPS_K)
+#define WARPS_K 1
+#endif
+#define NWARPS (WARPS_M * WARPS_N * WARPS_K)
 #define NT (32 * NWARPS)
 #define WTM (BM / WARPS_M)            // a warp's tile
 #define WTN (BN / WARPS_N)
@@ -53,6 +61,12 @@
 #if WTM % 16 || WTN % 8 || BM % WARPS_M || BN % WARPS_N
 #error "each warp's tile must be whole 16x8 fragments"
 #endif
+#if (SW / 8) % WARPS_K
+#error "WARPS_K must divide a slice's k-steps"
+#endif
+// local memory: the stages, or (sliced K) the partial sums of warps wk > 0, if more
+#define SUM_WORDS ((WARPS_K - 1) * BM * BN)
+#define SMEM_WORDS (STAGES * STAGE_WORDS > SUM_WORDS ? STAGES * STAGE_WORDS : SUM_WORDS)
 #if defined(FLAT) && (UW != 1 || !defined(CIN))
 #error "FLAT gathers one word at a time (UW 1) and needs C at build time (CIN)"
 #endif
@@ -271,23 +285,25 @@ inline void multiply_fragments(float acc[FM][FN][4], uint a[FM][4], uint b[FN][2
 // FRAG2: the fragments of k-step ks + 1 are loaded before k-step ks is multiplied (two
 // sets of fragment registers), so that local-memory latency overlaps the mma of the step
 // before instead of stalling it.
-inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4,
+// Sliced K: this warp's k-steps are wk, wk + WARPS_K, ... (KSTEPS of them).
+#define KSTEPS (SW / 8 / WARPS_K)
+inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4, int wk,
                            float acc[FM][FN][4], __local uint* mma_scr, int lane) {
 #if FRAG2
     uint a[2][FM][4], b[2][FN][2];
-    load_fragments(src, a_row, b_row, t4, 0, a[0], b[0], lane);
+    load_fragments(src, a_row, b_row, t4, wk, a[0], b[0], lane);
     UNROLL
-    for (int ks = 0; ks < SW / 8; ++ks) {
-        if (ks + 1 < SW / 8)
-            load_fragments(src, a_row, b_row, t4, ks + 1, a[(ks + 1) & 1], b[(ks + 1) & 1],
-                           lane);
-        multiply_fragments(acc, a[ks & 1], b[ks & 1], mma_scr, lane);
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        if (kk + 1 < KSTEPS)
+            load_fragments(src, a_row, b_row, t4, (kk + 1) * WARPS_K + wk, a[(kk + 1) & 1],
+                           b[(kk + 1) & 1], lane);
+        multiply_fragments(acc, a[kk & 1], b[kk & 1], mma_scr, lane);
     }
 #else
     UNROLL
-    for (int ks = 0; ks < SW / 8; ++ks) {
+    for (int kk = 0; kk < KSTEPS; ++kk) {
         uint a[FM][4], b[FN][2];
-        load_fragments(src, a_row, b_row, t4, ks, a, b, lane);
+        load_fragments(src, a_row, b_row, t4, kk * WARPS_K + wk, a, b, lane);
         multiply_fragments(acc, a, b, mma_scr, lane);
     }
 #endif
@@ -313,7 +329,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
                        __global const DATA_T* bias, __global DATA_T* y,
                        __global float* part, int M, int N, int C, int H, int W, int OH,
                        int OW, int PT, int PL, int splits) {
-    __local uint4 smem4[STAGES * STAGE_WORDS / 4];     // uint4: 16-byte aligned rows
+    __local uint4 smem4[SMEM_WORDS / 4];               // uint4: 16-byte aligned rows
     __local uint* smem = (__local uint*)smem4;
 #if defined(MMA_EMULATE)
     __local uint mma_scratch[NWARPS * MMA_SCRATCH_WORDS];
@@ -327,7 +343,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     mma_scr = mma_scratch + warp * MMA_SCRATCH_WORDS;
 #endif
     const int g = lane >> 2, t4 = lane & 3;
-    const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+    const int wm = warp % WARPS_M, wn = (warp / WARPS_M) % WARPS_N;
+    const int wk = warp / (WARPS_M * WARPS_N);          // its share of each slice's k-steps
     const int n0 = get_group_id(0) * BN;
     const int m0 = get_group_id(1) * BM;
     const int split = get_group_id(2);
@@ -395,7 +412,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     const int a_row = wm * WTM + g;
     const int b_row = BM + wn * WTN + g;
 #endif
-#define COMPUTE(s) multiply_slice(smem + (s) * STAGE_WORDS, a_row, b_row, t4, acc, mma_scr, lane)
+#define COMPUTE(s)                                                                         \
+    multiply_slice(smem + (s) * STAGE_WORDS, a_row, b_row, t4, wk, acc, mma_scr, lane)
 
     // The next slice to load, as a cursor (no division per slice): its tap's kernel row cti
     // and column ctj (merged taps: the row alone), and its first channel cc0 in the tap.
@@ -604,6 +622,39 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         if (more) STORE_STAGE(cur ^ 1)
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#endif
+
+#if WARPS_K > 1
+    // Sliced K: warps wk > 0 leave their partial sums in local memory, lane-major (each
+    // warp's 32 lanes side by side: no bank conflicts), and the warp wk = 0 of the same warp
+    // tile adds them up and stores; the others are done.
+    {
+        __local float* sums = (__local float*)smem;
+        const int wmn = warp - wk * (WARPS_M * WARPS_N);
+#define SUM_AT(q) (sums + (((q) - 1) * (WARPS_M * WARPS_N) + wmn) * (FM * FN * 4 * 32) + lane)
+        barrier(CLK_LOCAL_MEM_FENCE);                     // every warp done with the stages
+        if (wk > 0) {
+            __local float* mine = SUM_AT(wk);
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) mine[((i * FN + j) * 4 + r) * 32] = acc[i][j][r];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (wk > 0) return;                               // no barrier follows
+        for (int q = 1; q < WARPS_K; ++q) {
+            __local const float* theirs = SUM_AT(q);
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) acc[i][j][r] += theirs[((i * FN + j) * 4 + r) * 32];
+        }
+#undef SUM_AT
     }
 #endif
 
