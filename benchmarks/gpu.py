@@ -337,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithm", action="append", choices=OPENCL_ALGORITHMS)
     parser.add_argument("--limit", type=int, default=None, help="first N layers per net")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--ablation", action="store_true",
-                        help="first time each tensor-core pipeline step on a few layers")
+    parser.add_argument("--ablation", nargs="?", const="pipeline", choices=sorted(ABLATIONS),
+                        help="first time each tensor-core step of this ablation on a few "
+                        "layers (default: pipeline); 'epilogue' then adopts the faster")
     args = parser.parse_args(argv)
     import torch
 
@@ -369,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ldmatrix: {meta['ldmatrix']}", flush=True)
     if args.ablation and mma.tensor_cores(runtime).ok:
         meta["ablation"] = ablation(torch, runtime, rules, args)
+        if args.ablation == "epilogue":
+            meta["adopted"] = adopt_stage_out(meta["ablation"])
     out = args.out or ROOT / "benchmarks" / "results" / "gpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -515,18 +518,34 @@ ABLATION_STEPS = (   # (name, params, implicit_gemm_mma knobs): v5's steps, from
 )
 ABLATION_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}.conv1",
                    "layer4.0.downsample")
+# v5 run 3: the output tile through local memory (STAGE_OUT) or from the fragments, on the
+# layers whose time is mostly output (the 1x1 expansions) and two others; the run then goes on
+# with whichever was faster in geometric mean (meta["adopted"])
+EPILOGUE_STEPS = (
+    ("async staged out", {"load": "async"}, {"STAGE_OUT": True}),
+    ("async fragment out", {"load": "async"}, {"STAGE_OUT": False}),
+    ("64x64x2x2 async staged out", {"mma": (64, 64, 2, 2), "load": "async"},
+     {"STAGE_OUT": True}),
+    ("64x64x2x2 async fragment out", {"mma": (64, 64, 2, 2), "load": "async"},
+     {"STAGE_OUT": False}),
+)
+EPILOGUE_LAYERS = ("layer1.{0,1,2}.conv3", "layer2.{0..3}.conv3", "layer3.{1..5}.conv2",
+                   "layer4.0.downsample")
+ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
+             "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
              ) -> list[dict[str, Any]]:
-    """Each step of :data:`ABLATION_STEPS` (tile :data:`ABLATION_TILE` unless it names one;
-    the kernel's build knobs of implicit_gemm_mma set as the step names them, restored
-    after), on a few ResNet-50 layers at batch 32, in TF32 and F16: kernel ms, checked like
-    every candidate."""
+    """Each step of the chosen ablation (:data:`ABLATIONS`; tile :data:`ABLATION_TILE` unless
+    a step names one; the kernel's build knobs of implicit_gemm_mma set as the step names
+    them, restored after), on a few ResNet-50 layers at batch 32, in TF32 and F16: kernel ms,
+    checked like every candidate."""
     from convsel.backends.opencl import implicit_gemm_mma as igm
 
+    steps, names = ABLATIONS[args.ablation]
     layers, _ = load_layers(None, ["resnet50"])
-    chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in ABLATION_LAYERS)]
+    chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in names)]
     rng = np.random.default_rng(1)
     rows = []
     print(f"ablation on mma {ABLATION_TILE} (ms per layer; TF32 then F16):", flush=True)
@@ -538,7 +557,7 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(npd)
             ref, scale = reference64(torch, p, x, w)
             times = {}
-            for name, step, knobs in ABLATION_STEPS:
+            for name, step, knobs in steps:
                 params = {"math": math_mode, "mma": ABLATION_TILE, **step}
                 saved = {k: getattr(igm, k) for k in knobs}
                 for k, v in knobs.items():
@@ -557,8 +576,31 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             del ref, scale
             cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
             print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)
-    print("  columns: " + " | ".join(name for name, _, _ in ABLATION_STEPS), flush=True)
+    print("  columns: " + " | ".join(name for name, _, _ in steps), flush=True)
     return rows
+
+
+def adopt_stage_out(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """After the "epilogue" ablation: STAGE_OUT on or off for the rest of the run, whichever
+    gave the lower geometric mean of kernel times over the (layer, math, tile) pairs that both
+    ran correctly; what was measured, and chosen."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    times: dict[tuple[str, str, str], dict[bool, float]] = {}
+    for r in rows:
+        if r.get("correct") and r.get("kernel_s"):
+            tile = r["step"].replace(" staged out", "").replace(" fragment out", "")
+            times.setdefault((r["layer"], r["math"], tile), {})[r["knobs"]["STAGE_OUT"]] = \
+                r["kernel_s"]
+    pairs = [t for t in times.values() if len(t) == 2]
+    if not pairs:
+        return {"STAGE_OUT": igm.STAGE_OUT, "why": "no pair measured"}
+    ratio = math.exp(sum(math.log(t[True] / t[False]) for t in pairs) / len(pairs))
+    igm.STAGE_OUT = ratio < 1.0
+    print(f"STAGE_OUT: staged / fragment-stored geomean {ratio:.3f} over {len(pairs)} pairs: "
+          f"running with STAGE_OUT={igm.STAGE_OUT}", flush=True)
+    return {"STAGE_OUT": igm.STAGE_OUT, "staged_over_fragment_geomean": ratio,
+            "pairs": len(pairs)}
 
 
 def write(out: Path, meta: dict, rows: list, left: list, started: float) -> None:

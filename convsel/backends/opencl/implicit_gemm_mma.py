@@ -60,6 +60,9 @@ ROUND_WEIGHTS = True
 # were within noise of the plain kernel (benchmarks/NOTES-gpu.md, v5).
 FRAG2 = False
 MMA_FREE = False
+# The output tile through local memory, stored in 16-byte runs (STAGE_OUT), where it fits in
+# the local memory the stages take; else (and for split-K partials) from the fragments.
+STAGE_OUT = True
 # ptxas's register cap per work-item (-cl-nv-maxrregcount), or None for the compiler's own
 # choice. A knob only for the ablation in benchmarks/gpu.py (fewer registers, more work-groups
 # per SM, against spills); never set in use.
@@ -254,7 +257,8 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
                f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
     options += ["-DFLAT", f"-DCIN={p.c}"] if config.flat else []
-    options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}"]
+    options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}",
+                f"-DSTAGE_OUT={int(STAGE_OUT)}"]
     options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
     options += ["-DMMA_FREE"] if MMA_FREE else []
     # The emulation only checks the kernel's indexing and arithmetic where there are no tensor

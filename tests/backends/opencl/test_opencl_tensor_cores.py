@@ -370,6 +370,26 @@ def test_sliced_k_emulated(rt, monkeypatch, load):
                 _tight_check(p, params, rt, x, w, b, y, config.partial_sums)
 
 
+@pytest.mark.parametrize("stage_out", [True, False], ids=["staged-out", "fragment-out"])
+def test_output_tile_through_local_memory_or_from_the_fragments_emulated(rt, monkeypatch,
+                                                                          stage_out):
+    """STAGE_OUT: the finished tile (bias, activation, F16 rounding) stored from local memory
+    in 16-byte runs where K is a multiple of the run (4 floats, 8 halves), value by value
+    where not (K = 13, 10), for tiles bigger than the problem and with sliced K; or from the
+    fragments as before."""
+    monkeypatch.setattr(igm, "STAGE_OUT", stage_out)
+    for p in (EMULATED[0], EMULATED[4], EMULATED[4].replace(k=13), EMULATED[1]):
+        for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (64, 64, 2, 2), "load": "async"},
+                      {"mma": (32, 64, 1, 2), "warps_k": 2}):
+            params = {"math": _math(p), **extra}
+            if p.c % 8 and extra.get("load") == "async":
+                params.pop("load")                 # 5 channels: word loads, registers only
+            config = igm.configure(p, params, rt, emulate=True)
+            assert f"-DSTAGE_OUT={int(stage_out)}" in igm.build_options(p, config, None, True)
+            x, w, b, y, _ = _run(p, params, rt, emulate=True)
+            _tight_check(p, params, rt, x, w, b, y, config.partial_sums)
+
+
 def test_sliced_k_is_checked_with_its_reason():
     p = F32_FAST
     for params, why in (({"mma": (64, 64, 2, 2), "warps_k": 3}, "warps_k must be 1 or 2"),

@@ -67,6 +67,26 @@
 // local memory: the stages, or (sliced K) the partial sums of warps wk > 0, if more
 #define SUM_WORDS ((WARPS_K - 1) * BM * BN)
 #define SMEM_WORDS (STAGES * STAGE_WORDS > SUM_WORDS ? STAGES * STAGE_WORDS : SUM_WORDS)
+
+// STAGE_OUT: the output tile leaves through local memory, in 16-byte runs of OUT_VEC values
+// (rows padded by 16 bytes), where it fits in the local memory the stages already take.
+#if !defined(STAGE_OUT)
+#define STAGE_OUT 1
+#endif
+#if defined(DATA_F16)
+#define OUT_VEC 8
+#define OUT_ROW (BN + 8)
+#define OUT_WORDS (BM * OUT_ROW / 2)
+#else
+#define OUT_VEC 4
+#define OUT_ROW (BN + 4)
+#define OUT_WORDS (BM * OUT_ROW)
+#endif
+#if STAGE_OUT && OUT_WORDS <= SMEM_WORDS
+#define OUT_STAGED 1
+#else
+#define OUT_STAGED 0
+#endif
 #if defined(FLAT) && (UW != 1 || !defined(CIN))
 #error "FLAT gathers one word at a time (UW 1) and needs C at build time (CIN)"
 #endif
@@ -173,13 +193,13 @@
 #if ASYNC && defined(MMA_EMULATE)
 // cp.async emulated: the copy done at once (0 bytes: zeros), nothing left to wait for; the
 // barrier after CP_WAIT() still orders it before any warp reads the stage.
-inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     *(__local uint4*)dst = bytes ? *(__global const uint4*)src : (uint4)(0u);
 }
-inline void cp_commit(void) {}
+static inline void cp_commit(void) {}
 #define CP_WAIT() ((void)0)
 #elif ASYNC
-inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
 #if CP_L1
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
@@ -189,7 +209,7 @@ inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
                  :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
 #endif
 }
-inline void cp_commit(void) {
+static inline void cp_commit(void) {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 #if STAGES == 2
@@ -224,7 +244,7 @@ inline void cp_commit(void) {
 // The fragments of k-step ks of a staged slice: FM A fragments and FN B fragments of the
 // warp. `a_row`, `b_row`: the first rows of the warp's A and B fragments in the stage
 // (LDSM 1), or this lane's first rows (LDSM 0, with `t4` its word pair).
-inline void load_fragments(__local const uint* src, int a_row, int b_row, int t4, int ks,
+static inline void load_fragments(__local const uint* src, int a_row, int b_row, int t4, int ks,
                            uint a[FM][4], uint b[FN][2], int lane) {
 #if LDSM
     UNROLL
@@ -272,7 +292,7 @@ inline void load_fragments(__local const uint* src, int a_row, int b_row, int t4
 #endif
 }
 
-inline void multiply_fragments(float acc[FM][FN][4], uint a[FM][4], uint b[FN][2],
+static inline void multiply_fragments(float acc[FM][FN][4], uint a[FM][4], uint b[FN][2],
                                __local uint* mma_scr, int lane) {
     UNROLL
     for (int i = 0; i < FM; ++i)
@@ -287,7 +307,7 @@ inline void multiply_fragments(float acc[FM][FN][4], uint a[FM][4], uint b[FN][2
 // before instead of stalling it.
 // Sliced K: this warp's k-steps are wk, wk + WARPS_K, ... (KSTEPS of them).
 #define KSTEPS (SW / 8 / WARPS_K)
-inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4, int wk,
+static inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4, int wk,
                            float acc[FM][FN][4], __local uint* mma_scr, int lane) {
 #if FRAG2
     uint a[2][FM][4], b[2][FN][2];
@@ -310,7 +330,7 @@ inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4
 }
 
 // finish_store (common.cl) of two adjacent outputs, `index` even: one aligned store.
-inline void finish_store_pair(float v0, float v1, __global const DATA_T* bias, int channel,
+static inline void finish_store_pair(float v0, float v1, __global const DATA_T* bias, int channel,
                               __global DATA_T* out, int index) {
 #if defined(HAS_BIAS)
     v0 += (float)LOAD(bias, channel);
@@ -644,8 +664,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
                     for (int r = 0; r < 4; ++r) mine[((i * FN + j) * 4 + r) * 32] = acc[i][j][r];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (wk > 0) return;                               // no barrier follows
-        for (int q = 1; q < WARPS_K; ++q) {
+        for (int q = 1; q < WARPS_K && wk == 0; ++q) {
             __local const float* theirs = SUM_AT(q);
 #pragma unroll
             for (int i = 0; i < FM; ++i)
@@ -656,6 +675,56 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         }
 #undef SUM_AT
     }
+#endif
+
+#if OUT_STAGED
+    // The output tile through local memory (no split-K): the warps (wk = 0) leave their
+    // finished values (bias, activation, rounding to the data type) in a BM x BN tile, then
+    // every work-item stores 16-byte runs of its rows, whole 32-byte sectors per pair of
+    // work-items, where the fragments' own stores write 16 bytes (halves) or 32 (floats) of
+    // a row at a time.
+    if (splits == 1) {
+        __local DATA_T* tile = (__local DATA_T*)smem;
+        barrier(CLK_LOCAL_MEM_FENCE);            // the stages (and sliced K's sums) are free
+        if (wk == 0) {
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int r = wm * WTM + i * 16 + g + 8 * h;
+                            const int c = wn * WTN + j * 8 + 2 * t4 + e;
+                            float v = acc[i][j][2 * h + e];
+#if defined(HAS_BIAS)
+                            if (n0 + c < N) v += (float)LOAD(bias, n0 + c);
+#endif
+                            STORE(activate(v), tile, r * OUT_ROW + c);
+                        }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const bool whole = N % OUT_VEC == 0;     // then every run is whole and aligned
+        for (int q = tid; q < BM * (BN / OUT_VEC); q += NT) {
+            const int r = q / (BN / OUT_VEC);
+            const int c = (q - r * (BN / OUT_VEC)) * OUT_VEC;
+            const int m = m0 + r, col = n0 + c;
+            if (m >= M || col >= N) continue;
+            __local const COPY_T* src = (__local const COPY_T*)tile + r * OUT_ROW + c;
+            __global COPY_T* dst = (__global COPY_T*)y + m * N + col;
+            if (whole) {
+                *(__global uint4*)dst = *(__local const uint4*)src;
+            } else {
+                for (int e = 0; e < OUT_VEC; ++e)
+                    if (col + e < N) dst[e] = src[e];
+            }
+        }
+        return;
+    }
+#endif
+#if WARPS_K > 1
+    if (wk > 0) return;                          // warp wk = 0 stores the tile's sums
 #endif
 
     // The epilogue: d0, d1 (and d2, d3) are columns 2t, 2t+1 of one row, so where N is even

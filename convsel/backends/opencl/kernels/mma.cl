@@ -75,16 +75,16 @@
 
 #if defined(MMA_EMULATE)
 
-inline uint to_tf32(float f) {
+static inline uint to_tf32(float f) {
     // round to nearest, ties away from zero, on the magnitude: as cvt.rna for finite f
     return (as_uint(f) + 0x1000u) & 0xffffe000u;
 }
 
-inline float half_bits(ushort bits) {
+static inline float half_bits(ushort bits) {
     return vload_half(0, (const __private half*)&bits);
 }
 
-inline float word_dot(uint a, uint b) {
+static inline float word_dot(uint a, uint b) {
 #if defined(MATH_TF32)
     return as_float(a) * as_float(b);
 #else
@@ -93,7 +93,7 @@ inline float word_dot(uint a, uint b) {
 #endif
 }
 
-inline void emulated_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
+static inline void emulated_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
                          __local uint* s, int l) {
     const int g = l >> 2, t = l & 3;
     __local uint* As = s;             // [16 rows][8 word slots]
@@ -130,7 +130,7 @@ inline void emulated_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, 
 #define MMA_ASM asm volatile
 #endif
 
-inline uint to_tf32(float f) {
+static inline uint to_tf32(float f) {
     uint r;
     MMA_ASM("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
     return r;
