@@ -340,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablation", nargs="?", const="pipeline", choices=sorted(ABLATIONS),
                         help="first time each tensor-core step of this ablation on a few "
                         "layers (default: pipeline); 'epilogue' then adopts the faster")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="time the cp.async kernel whole, without copies, without mma")
     args = parser.parse_args(argv)
     import torch
 
@@ -372,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         meta["ablation"] = ablation(torch, runtime, rules, args)
         if args.ablation == "epilogue":
             meta["adopted"] = adopt_stage_out(meta["ablation"])
+    if args.diagnose and mma.tensor_cores(runtime).ok:
+        meta["diagnosis"] = diagnose(torch, runtime, args)
     out = args.out or ROOT / "benchmarks" / "results" / "gpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -577,6 +581,50 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
             print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)
     print("  columns: " + " | ".join(name for name, _, _ in steps), flush=True)
+    return rows
+
+
+DIAGNOSE_TILES = ((128, 64, 2, 2), (64, 64, 2, 2))
+
+
+def diagnose(torch: Any, runtime: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Kernel time of the cp.async variants of :data:`DIAGNOSE_TILES` on the ablation's
+    layers, whole, without their copies ("no_loads": what the mma and fragment loads alone
+    take) and without their mma ("no_mma": what staging and fragment loads alone take).
+    Diagnosis only: the stripped kernels' outputs are wrong by design and not checked."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    layers, _ = load_layers(None, ["resnet50"])
+    names = ABLATION_LAYERS + EPILOGUE_LAYERS
+    chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in names)]
+    rng = np.random.default_rng(2)
+    rows = []
+    print("diagnosis (kernel ms: whole | no copies | no mma):", flush=True)
+    for layer in chosen:
+        for math_mode, dtype in (("tf32", "F32"), ("f16", "F16")):
+            p = layer.problem.replace(n=32, dtype=dtype, fast_math=True)
+            npd = np.float16 if dtype == "F16" else np.float32
+            x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(npd)
+            w = rng.standard_normal(p.weights_shape).astype(npd)
+            for tile in DIAGNOSE_TILES:
+                params = {"math": math_mode, "mma": tile, "load": "async"}
+                times = {}
+                for mode in (None, "no_loads", "no_mma"):
+                    igm.DIAGNOSE = mode
+                    try:
+                        kernel = igm.prepare(p, w, None, dict(params), runtime)
+                        kernel.run(x)
+                        times[mode or "whole"] = statistics.median(
+                            kernel_seconds(kernel, args.repeats))
+                    except ConvselError as exc:
+                        times[mode or "whole"] = None
+                        print(f"  {layer.name} {mode}: {exc}", flush=True)
+                    finally:
+                        igm.DIAGNOSE = None
+                rows.append({"layer": layer.name, "math": math_mode, "tile": tile, **times})
+                cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
+                print(f"  {layer.name[:28]:<28} {math_mode} {'x'.join(map(str, tile))}: "
+                      f"{cells}", flush=True)
     return rows
 
 

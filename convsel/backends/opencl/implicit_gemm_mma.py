@@ -63,6 +63,10 @@ MMA_FREE = False
 # The output tile through local memory, stored in 16-byte runs (STAGE_OUT), where it fits in
 # the local memory the stages take; else (and for split-K partials) from the fragments.
 STAGE_OUT = True
+# Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
+# design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
+# mma.sync, to see which part bounds a layer's time.
+DIAGNOSE: str | None = None
 # ptxas's register cap per work-item (-cl-nv-maxrregcount), or None for the compiler's own
 # choice. A knob only for the ablation in benchmarks/gpu.py (fewer registers, more work-groups
 # per SM, against spills); never set in use.
@@ -261,6 +265,7 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
                 f"-DSTAGE_OUT={int(STAGE_OUT)}"]
     options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
     options += ["-DMMA_FREE"] if MMA_FREE else []
+    options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
     # The emulation only checks the kernel's indexing and arithmetic where there are no tensor
     # cores (the tests, on PoCL), and PoCL spends seconds optimising its barrier-heavy
     # fragments: unoptimised it builds ~6x faster. The sums cannot change: TF32 and F16

@@ -201,7 +201,9 @@ static inline void cp_commit(void) {}
 #elif ASYNC
 static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
-#if CP_L1
+#if defined(DIAG_NO_LOADS)
+    // diagnosis only (benchmarks/gpu.py --diagnose; wrong results): no copies at all
+#elif CP_L1
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
                  :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
 #else

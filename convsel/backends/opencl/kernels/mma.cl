@@ -137,10 +137,17 @@ static inline uint to_tf32(float f) {
 }
 
 #define MMA_SCRATCH_WORDS 1
+#if defined(DIAG_NO_MMA)
+// diagnosis only (benchmarks/gpu.py --diagnose; wrong results): the operands are consumed
+// by an empty asm, so their loads stay, but no mma runs
+#define MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
+    asm volatile("" :: "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#else
 #define MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
     MMA_ASM(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"             \
                  : "=f"((d)[0]), "=f"((d)[1]), "=f"((d)[2]), "=f"((d)[3])                   \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),                    \
                    "f"((d)[0]), "f"((d)[1]), "f"((d)[2]), "f"((d)[3]))
+#endif
 
 #endif
