@@ -125,7 +125,7 @@ MMA_TILES: tuple[tuple[int, int, int, int], ...] = (
     (128, 128, 2, 2), (128, 64, 2, 2), (128, 64, 4, 2), (64, 64, 2, 2), (32, 64, 1, 2),
 )
 # the tiles also offered staged by cp.async (where 16-byte loads fit C): through L1 (.ca)
-# cp.async won 19 of 23 ResNet-50 layers in run 1 and 21 (TF32), 20 (F16) in run 2
+# cp.async won 15 (TF32) and 18 (F16) of 23 ResNet-50 layers in run 1, 21 and 20 in run 2
 MMA_ASYNC_TILES: tuple[tuple[int, int, int, int], ...] = (
     (128, 128, 2, 2), (128, 64, 2, 2), (64, 64, 2, 2),
 )

@@ -152,7 +152,7 @@ def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,
     cp.async is named, the first of ``widths`` (default: the widest slice) that still leaves
     two stages, and as many stages as local memory holds (registers 2, cp.async up to 4).
     Wide slices first: on the H100 cp.async in 32-word slices with 2 stages beat 16-word
-    slices with 4 by 15-27% (half the barriers per mma; benchmarks/NOTES-gpu.md, v5)."""
+    slices with 4 by 9-40% (half the barriers per mma; benchmarks/NOTES-gpu.md, v5)."""
     load = params.get("load") or "registers"
     most = 4 if load == "async" else 2
     named = params.get("slice")
