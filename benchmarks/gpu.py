@@ -257,7 +257,8 @@ def run_candidate(torch: Any, p: ConvProblem, alg: str, params: dict, runtime: A
         check = err
     else:            # tensor cores: per output, against its own sum of |products|
         splits = max(1, int(kernel.workspace_bytes) // (4 * y.size))    # split-K partials
-        bound = mma.error_bound(math_mode, p.dtype, p.kh * p.kw * p.c, splits)
+        sums = splits * int(params.get("warps_k") or 1)              # and sliced K's
+        bound = mma.error_bound(math_mode, p.dtype, p.kh * p.kw * p.c, sums)
         check = float((diff / scale).max().item()) if finite else math.inf
     first = kernel_seconds(kernel, 1)[0]
     # slow candidates get fewer runs: they cannot be the fastest, and time is short
@@ -336,8 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithm", action="append", choices=OPENCL_ALGORITHMS)
     parser.add_argument("--limit", type=int, default=None, help="first N layers per net")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--ablation", action="store_true",
-                        help="first time each tensor-core pipeline step on a few layers")
+    parser.add_argument("--ablation", nargs="?", const="pipeline", choices=sorted(ABLATIONS),
+                        help="first time each tensor-core step of this ablation on a few "
+                        "layers (default: pipeline); 'epilogue' then adopts the faster")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="time the cp.async kernel whole, without copies, without mma")
     args = parser.parse_args(argv)
     import torch
 
@@ -368,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ldmatrix: {meta['ldmatrix']}", flush=True)
     if args.ablation and mma.tensor_cores(runtime).ok:
         meta["ablation"] = ablation(torch, runtime, rules, args)
+        if args.ablation == "epilogue":
+            meta["adopted"] = adopt_stage_out(meta["ablation"])
+    if args.diagnose and mma.tensor_cores(runtime).ok:
+        meta["diagnosis"] = diagnose(torch, runtime, args)
     out = args.out or ROOT / "benchmarks" / "results" / "gpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -491,27 +499,57 @@ def print_row(layer: Layer, batch: int, row: dict[str, Any]) -> None:
 
 # -- what each step of the tensor-core pipeline buys -------------------------------------------
 ABLATION_TILE = (128, 64, 2, 2)
-ABLATION_STEPS = (   # (name, params, register cap): v4's register caps and the two big tiles
-    ("registers (default pipeline)", {"load": "registers"}, None),
-    ("registers, cap 168 (3 groups/SM)", {"load": "registers"}, 168),
-    ("registers, cap 128 (4 groups/SM)", {"load": "registers"}, 128),
-    ("128x128x2x2 registers", {"mma": (128, 128, 2, 2), "load": "registers"}, None),
-    ("128x128x2x2 registers, cap 168", {"mma": (128, 128, 2, 2), "load": "registers"}, 168),
+V4 = {"ROUND_WEIGHTS": False, "FRAG2": False, "MMA_FREE": False, "CP_ASYNC_L1": False}
+V5 = {"ROUND_WEIGHTS": True, "CP_ASYNC_L1": True}
+ASYNC16 = {"load": "async", "slice": 16}
+ABLATION_STEPS = (   # (name, params, implicit_gemm_mma knobs): v5's steps, from v4's kernel on
+    ("reg (v4 kernel)", {"load": "registers"}, V4),
+    ("reg +B rounded", {"load": "registers"}, {**V4, "ROUND_WEIGHTS": True}),
+    ("reg +B rnd +frag2", {"load": "registers"}, {**V4, **V5, "FRAG2": True}),
+    ("reg +B rnd +mma_free", {"load": "registers"}, {**V4, **V5, "MMA_FREE": True}),
+    ("async 32w 2st .cg (v4)", {"load": "async", "slice": 32, "stages": 2}, V4),
+    ("async 32w 2st .ca", {"load": "async", "slice": 32, "stages": 2}, {**V4, **V5}),
+    ("async 16w 4st .ca", {**ASYNC16, "stages": 4}, {**V4, **V5}),
+    ("async 16w 4st .ca +frag2 +free", {**ASYNC16, "stages": 4},
+     {**V4, **V5, "FRAG2": True, "MMA_FREE": True}),
+    ("128x128x2x2 reg (v4)", {"mma": (128, 128, 2, 2), "load": "registers"}, V4),
+    ("128x128x2x2 reg +B rnd", {"mma": (128, 128, 2, 2), "load": "registers"}, {**V4, **V5}),
+    ("128x128x2x2 async 16w 3st .ca", {"mma": (128, 128, 2, 2), **ASYNC16, "stages": 3},
+     {**V4, **V5}),
+    ("128x128x4x4 reg", {"mma": (128, 128, 4, 4), "load": "registers"}, {**V4, **V5}),
+    ("128x128x4x4 async 16w 3st .ca", {"mma": (128, 128, 4, 4), **ASYNC16, "stages": 3},
+     {**V4, **V5}),
 )
-ABLATION_LAYERS = ("conv1", "layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2",
-                   "layer3.{1..5}.conv1", "layer4.0.downsample")
+ABLATION_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}.conv1",
+                   "layer4.0.downsample")
+# v5 run 3: the output tile through local memory (STAGE_OUT) or from the fragments, on the
+# layers whose time is mostly output (the 1x1 expansions) and two others; the run then goes on
+# with whichever was faster in geometric mean (meta["adopted"])
+EPILOGUE_STEPS = (
+    ("async staged out", {"load": "async"}, {"STAGE_OUT": True}),
+    ("async fragment out", {"load": "async"}, {"STAGE_OUT": False}),
+    ("64x64x2x2 async staged out", {"mma": (64, 64, 2, 2), "load": "async"},
+     {"STAGE_OUT": True}),
+    ("64x64x2x2 async fragment out", {"mma": (64, 64, 2, 2), "load": "async"},
+     {"STAGE_OUT": False}),
+)
+EPILOGUE_LAYERS = ("layer1.{0,1,2}.conv3", "layer2.{0..3}.conv3", "layer3.{1..5}.conv2",
+                   "layer4.0.downsample")
+ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
+             "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
              ) -> list[dict[str, Any]]:
-    """Each step of :data:`ABLATION_STEPS` (tile :data:`ABLATION_TILE` unless it names one;
-    ptxas's register cap, -cl-nv-maxrregcount, where one is named), on a few ResNet-50 layers
-    at batch 32, in TF32 and F16: kernel ms, checked like every candidate."""
+    """Each step of the chosen ablation (:data:`ABLATIONS`; tile :data:`ABLATION_TILE` unless
+    a step names one; the kernel's build knobs of implicit_gemm_mma set as the step names
+    them, restored after), on a few ResNet-50 layers at batch 32, in TF32 and F16: kernel ms,
+    checked like every candidate."""
     from convsel.backends.opencl import implicit_gemm_mma as igm
 
-    default = igm.MAX_REGISTERS
+    steps, names = ABLATIONS[args.ablation]
     layers, _ = load_layers(None, ["resnet50"])
-    chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in ABLATION_LAYERS)]
+    chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in names)]
     rng = np.random.default_rng(1)
     rows = []
     print(f"ablation on mma {ABLATION_TILE} (ms per layer; TF32 then F16):", flush=True)
@@ -523,24 +561,94 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(npd)
             ref, scale = reference64(torch, p, x, w)
             times = {}
-            for name, step, cap in ABLATION_STEPS:
+            for name, step, knobs in steps:
                 params = {"math": math_mode, "mma": ABLATION_TILE, **step}
-                igm.MAX_REGISTERS = cap
+                saved = {k: getattr(igm, k) for k in knobs}
+                for k, v in knobs.items():
+                    setattr(igm, k, v)
                 try:
                     r = run_candidate(torch, p, "implicit_gemm", params, runtime, x, w, ref,
                                       scale, args.repeats)
                 except ConvselError as exc:
                     r = {"failed": str(exc)}
                 finally:
-                    igm.MAX_REGISTERS = default
+                    for k, v in saved.items():
+                        setattr(igm, k, v)
                 times[name] = r.get("kernel_s") if r.get("correct") else None
                 rows.append({"layer": layer.name, "math": math_mode, "step": name,
-                             "max_registers": cap, **r})
+                             "knobs": knobs, **r})
             del ref, scale
             cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
             print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)
-    print("  columns: " + " | ".join(name for name, _, _ in ABLATION_STEPS), flush=True)
+    print("  columns: " + " | ".join(name for name, _, _ in steps), flush=True)
     return rows
+
+
+DIAGNOSE_TILES = ((128, 64, 2, 2), (64, 64, 2, 2))
+
+
+def diagnose(torch: Any, runtime: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Kernel time of the cp.async variants of :data:`DIAGNOSE_TILES` on the ablation's
+    layers, whole, without their copies ("no_loads": what the mma and fragment loads alone
+    take) and without their mma ("no_mma": what staging and fragment loads alone take).
+    Diagnosis only: the stripped kernels' outputs are wrong by design and not checked."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    layers, _ = load_layers(None, ["resnet50"])
+    names = ABLATION_LAYERS + EPILOGUE_LAYERS
+    chosen = [x for x in distinct(layers) if any(x.name.startswith(n) for n in names)]
+    rng = np.random.default_rng(2)
+    rows = []
+    print("diagnosis (kernel ms: whole | no copies | no mma):", flush=True)
+    for layer in chosen:
+        for math_mode, dtype in (("tf32", "F32"), ("f16", "F16")):
+            p = layer.problem.replace(n=32, dtype=dtype, fast_math=True)
+            npd = np.float16 if dtype == "F16" else np.float32
+            x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(npd)
+            w = rng.standard_normal(p.weights_shape).astype(npd)
+            for tile in DIAGNOSE_TILES:
+                params = {"math": math_mode, "mma": tile, "load": "async"}
+                times = {}
+                for mode in (None, "no_loads", "no_mma"):
+                    igm.DIAGNOSE = mode
+                    try:
+                        kernel = igm.prepare(p, w, None, dict(params), runtime)
+                        kernel.run(x)
+                        times[mode or "whole"] = statistics.median(
+                            kernel_seconds(kernel, args.repeats))
+                    except ConvselError as exc:
+                        times[mode or "whole"] = None
+                        print(f"  {layer.name} {mode}: {exc}", flush=True)
+                    finally:
+                        igm.DIAGNOSE = None
+                rows.append({"layer": layer.name, "math": math_mode, "tile": tile, **times})
+                cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
+                print(f"  {layer.name[:28]:<28} {math_mode} {'x'.join(map(str, tile))}: "
+                      f"{cells}", flush=True)
+    return rows
+
+
+def adopt_stage_out(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """After the "epilogue" ablation: STAGE_OUT on or off for the rest of the run, whichever
+    gave the lower geometric mean of kernel times over the (layer, math, tile) pairs that both
+    ran correctly; what was measured, and chosen."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    times: dict[tuple[str, str, str], dict[bool, float]] = {}
+    for r in rows:
+        if r.get("correct") and r.get("kernel_s"):
+            tile = r["step"].replace(" staged out", "").replace(" fragment out", "")
+            times.setdefault((r["layer"], r["math"], tile), {})[r["knobs"]["STAGE_OUT"]] = \
+                r["kernel_s"]
+    pairs = [t for t in times.values() if len(t) == 2]
+    if not pairs:
+        return {"STAGE_OUT": igm.STAGE_OUT, "why": "no pair measured"}
+    ratio = math.exp(sum(math.log(t[True] / t[False]) for t in pairs) / len(pairs))
+    igm.STAGE_OUT = ratio < 1.0
+    print(f"STAGE_OUT: staged / fragment-stored geomean {ratio:.3f} over {len(pairs)} pairs: "
+          f"running with STAGE_OUT={igm.STAGE_OUT}", flush=True)
+    return {"STAGE_OUT": igm.STAGE_OUT, "staged_over_fragment_geomean": ratio,
+            "pairs": len(pairs)}
 
 
 def write(out: Path, meta: dict, rows: list, left: list, started: float) -> None:

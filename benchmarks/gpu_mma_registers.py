@@ -1,7 +1,7 @@
 """Registers, spills and local memory of the tensor-core kernel's builds, as NVIDIA's compiler
 reports them (``-cl-nv-verbose``: ptxas's own "Used N registers, ... spill stores" lines),
-for each declared mma tile and both pipelines on one ResNet-50 layer, the two big tiles under
-register caps, and the stem's flat reduction.
+for each declared mma tile and both pipelines on one ResNet-50 layer (and with sliced K), a
+few tiles with their fragments double-buffered (FRAG2), and the stem's flat reduction.
 A spilling or register-starved build explains a slow variant that timings alone cannot.
 
     python3 benchmarks/gpu_mma_registers.py [--budget-s 60] [--out registers.txt]
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYOPENCL_NO_CACHE"] = "1"
 os.environ["CUDA_CACHE_DISABLE"] = "1"
 
-from convsel.algorithms.implicit_gemm import MMA_TILES  # noqa: E402
+from convsel.algorithms.implicit_gemm import MMA_SLICED_TILES, MMA_TILES  # noqa: E402
 from convsel.backends.opencl import get_runtime, mma  # noqa: E402
 from convsel.backends.opencl import implicit_gemm_mma as igm  # noqa: E402
 from convsel.backends.opencl import program as prog  # noqa: E402
@@ -32,7 +32,7 @@ from convsel.problem import ConvProblem  # noqa: E402
 
 LAYER = ConvProblem(32, 14, 14, 256, 256, 3, 3, pad=1)      # ResNet-50 layer3.x.conv2
 STEM = ConvProblem(32, 224, 224, 3, 64, 7, 7, stride=2, pad=3)   # conv1: the flat reduction
-CAPS = (168, 128)         # -cl-nv-maxrregcount: 3 and 4 work-groups of 128 per SM
+FRAG2_TILES = ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2), (128, 128, 4, 4))
 PTXAS_LINE = re.compile(r"(entry function '\w+'|Used \d+ registers.*|\d+ bytes stack frame.*)")
 
 
@@ -60,32 +60,34 @@ def main(argv: list[str] | None = None) -> int:
     source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
                                  after=("splitk",))
     started, lines = time.perf_counter(), []
-    big = ((128, 64, 2, 2), (128, 128, 2, 2))
-    # (layer, math, tile, load, register cap): the stem's flat reduction on every tile, every
-    # tile and pipeline on layer3's 3x3, then the two big tiles under each cap
-    cases = [("conv1", STEM, m, t, "registers", None) for m in mma.MATH_MODES
-             for t in MMA_TILES]
-    cases += [("layer3.conv2", LAYER, m, t, load, None) for m in mma.MATH_MODES
+    # (layer, math, tile, load, FRAG2, warps_k): sliced K, every tile and pipeline on layer3's
+    # 3x3, then FRAG2 on a few, then the stem's flat reduction on every tile
+    cases = [("layer3.conv2", LAYER, m, t, load, False, 2) for m in mma.MATH_MODES
+             for t in MMA_SLICED_TILES for load in ("registers", "async")]
+    cases += [("layer3.conv2", LAYER, m, t, load, False, 1) for m in mma.MATH_MODES
               for t in MMA_TILES for load in ("registers", "async")]
-    cases += [("layer3.conv2", LAYER, m, t, "registers", cap) for m in mma.MATH_MODES
-              for t in big for cap in CAPS]
-    for name, layer, math_mode, tile, load, cap in cases:
-        what = f"{name} {math_mode} mma={'x'.join(map(str, tile))} {load} cap={cap}"
+    cases += [("layer3.conv2", LAYER, m, t, load, True, 1) for m in mma.MATH_MODES
+              for t in FRAG2_TILES for load in ("registers", "async")]
+    cases += [("conv1", STEM, m, t, "registers", False, 1) for m in mma.MATH_MODES
+              for t in MMA_TILES]
+    for name, layer, math_mode, tile, load, frag2, warps_k in cases:
+        what = (f"{name} {math_mode} mma={'x'.join(map(str, tile))} {load} frag2={int(frag2)} "
+                f"warps_k={warps_k}")
         if time.perf_counter() - started > args.budget_s:
             lines.append(f"budget ran out before {what}")
             break
         p = layer.replace(dtype="F16" if math_mode == "f16" else "F32", fast_math=True)
-        params = {"math": math_mode, "mma": tile, "load": load}
+        params = {"math": math_mode, "mma": tile, "load": load, "warps_k": warps_k}
         verdict = igm.supports(p, params, runtime)
         if not verdict.ok:
             lines.append(f"{what}: not run here: {verdict.reason}")
             continue
-        igm.MAX_REGISTERS = cap
+        default, igm.FRAG2 = igm.FRAG2, frag2
         try:
             config = igm.configure(p, params, runtime)
             options = igm.build_options(p, config, None, emulate=False)
         finally:
-            igm.MAX_REGISTERS = None
+            igm.FRAG2 = default
         log = build_log(runtime, source, [*options, "-cl-nv-verbose"])
         lines.append(f"{what} slice={config.slice_words} stages={config.stages}: "
                      f"{report(log)}")

@@ -110,16 +110,32 @@ def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
 # WARPS_N), the work-group's output tile and its warps (each warp a (BM/WARPS_M) x
 # (BN/WARPS_N) tile of 16x8 fragments); "slice" = 16 or 32 words of the reduction staged at a
 # time; "load" = "async" (cp.async, global to local) or "registers"; "stages" = local buffers
-# (registers: 1 or 2; async: 2 to 4); "split" = split-K. Backends fill what is not named.
+# (registers: 1 or 2; async: 2 to 4); "split" = split-K; "warps_k" = 1 or 2 warps sharing each
+# warp tile, each multiplying its share of every slice's k-steps (sliced K: their partial
+# sums are added in local memory at the end). Backends fill what is not named.
 # (128, 128, 2, 2): 64x64 per warp, twice the mma per fragment loaded of a 32x64 warp tile.
+# (128, 64, 4, 2) and (64, 128, 2, 4): 32x32 per warp (accumulators 32 registers), so that a
+# bigger block tile (fewer bytes fetched per mma) still fits 16 warps on an SM.
+# Measured on the H100 (benchmarks/NOTES-gpu.md, v5 runs 1-2, ResNet-50 batch 32): (128, 128,
+# 4, 4) (16 warps of 32x32, one work-group per SM) lost on every layer by 20-100%; (128, 256,
+# 2, 4), (128, 128, 4, 2), (64, 128, 2, 2) and (64, 128, 2, 4) won none, nor did
+# (256, 128, 4, 2) in v4. They are left out of the variants (still valid when named).
 MMA_MATH = {"tf32": "F32", "f16": "F16"}
 MMA_TILES: tuple[tuple[int, int, int, int], ...] = (
-    (128, 256, 2, 4), (128, 128, 2, 2), (128, 128, 4, 2), (256, 128, 4, 2), (128, 64, 2, 2),
-    (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2),
+    (128, 128, 2, 2), (128, 64, 2, 2), (128, 64, 4, 2), (64, 64, 2, 2), (32, 64, 1, 2),
 )
+# the tiles also offered staged by cp.async (where 16-byte loads fit C): through L1 (.ca)
+# cp.async won 15 (TF32) and 18 (F16) of 23 ResNet-50 layers in run 1, 21 and 20 in run 2
+MMA_ASYNC_TILES: tuple[tuple[int, int, int, int], ...] = (
+    (128, 128, 2, 2), (128, 64, 2, 2), (64, 64, 2, 2),
+)
+# and those also offered staged by cp.async with sliced K (warps_k 2): it won 4 + 4 layers
+# with (64, 64, 2, 2) in run 2 (by 0-12%), none with (128, 64, 2, 2)
+MMA_SLICED_TILES: tuple[tuple[int, int, int, int], ...] = ((64, 64, 2, 2),)
 MMA_SLICES = (16, 32)
+MMA_WARPS_K = (1, 2)
 MMA_LOADS = ("async", "registers")
-MAX_MMA_VARIANTS = 7
+MAX_MMA_VARIANTS = 5
 MMA_LOCAL_BYTES = 48 * 1024       # what OpenCL on NVIDIA gives a work-group
 
 
@@ -171,6 +187,26 @@ def _mma_pipeline(params: Mapping[str, Any], resolved: dict[str, Any]) -> str | 
     return None
 
 
+def _warps_k(params: Mapping[str, Any], resolved: dict[str, Any]) -> str | None:
+    """Check and resolve "warps_k" (sliced K); why not, or None."""
+    if params.get("warps_k") is None:
+        return None
+    warps_k = int(params["warps_k"])
+    if warps_k not in MMA_WARPS_K:
+        return f"warps_k must be 1 or 2, got {params['warps_k']!r}"
+    resolved["warps_k"] = warps_k
+    if "mma" in resolved:
+        bm, bn, wm, wn = resolved["mma"]
+        if wm * wn * warps_k > 16:
+            return (f"mma {resolved['mma']} with warps_k {warps_k}: {wm * wn * warps_k} "
+                    f"warps, at most 16")
+        if (warps_k - 1) * bm * bn * 4 > MMA_LOCAL_BYTES:
+            return (f"mma {resolved['mma']} with warps_k {warps_k}: the partial sums need "
+                    f"{(warps_k - 1) * bm * bn * 4} bytes of local memory, more than "
+                    f"{MMA_LOCAL_BYTES}")
+    return None
+
+
 def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
     """The tensor-core variants' constraints. TF32 is refused, whatever else is asked, for a
     problem without fast math: nothing may run it there."""
@@ -184,17 +220,18 @@ def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
     if MMA_MATH[math_mode] != p.dtype:
         return failed(f"implicit_gemm: math {math_mode!r} runs {MMA_MATH[math_mode]} data, "
                       f"this problem is {p.dtype}")
-    unknown = sorted(set(params) - {"math", "mma", "slice", "load", "stages", "split"})
+    unknown = sorted(set(params) - {"math", "mma", "slice", "load", "stages", "split",
+                                    "warps_k"})
     if unknown:
         return failed(f"implicit_gemm: {', '.join(unknown)} do not apply to the tensor-core "
-                      "variants (they take math, mma, slice, load, stages, split)")
+                      "variants (they take math, mma, slice, load, stages, split, warps_k)")
     resolved: dict[str, Any] = {"math": math_mode}
     if params.get("mma") is not None:
         why = mma_tile_problem(params["mma"])
         if why:
             return failed(f"implicit_gemm: {why}")
         resolved["mma"] = tuple(int(v) for v in params["mma"])
-    why = _mma_pipeline(params, resolved)
+    why = _mma_pipeline(params, resolved) or _warps_k(params, resolved)
     if why:
         return failed(f"implicit_gemm: {why}")
     why = _split(params, resolved)
@@ -205,23 +242,27 @@ def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
 
 
 def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
-    """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles, plus one
-    staged by cp.async): TF32 for an F32 problem with fast math, F16 for an F16 problem,
-    none otherwise; the tiles whose work-group is not mostly idle on this problem."""
+    """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles, those of
+    :data:`MMA_ASYNC_TILES` once more staged by cp.async, and those of
+    :data:`MMA_SLICED_TILES` by cp.async with sliced K): TF32 for an F32 problem with
+    fast math, F16 for an F16 problem, none otherwise; the tiles whose work-group is not
+    mostly idle on this problem."""
     math_mode = "f16" if p.dtype == "F16" else "tf32" if p.fast_math else None
     if math_mode is None or p.groups != 1:
         return []
     m = p.n * p.out_h * p.out_w
     fit = [t for t in MMA_TILES if t[0] <= 2 * m and t[1] <= 2 * p.k]
     tiles = (fit or [MMA_TILES[-1]])[:MAX_MMA_VARIANTS]
-    # the pipeline is the backend's choice (registers: on the H100 they beat cp.async on 7 of
-    # 8 layer/math pairs, benchmarks/NOTES-gpu.md), except one variant staged by cp.async
-    # where 16-byte loads fit C (the backend refuses it otherwise)
-    tc = [{"math": math_mode, "mma": t} for t in tiles]
+    # the pipeline is the backend's choice (registers unless "load" is named), and the tiles of
+    # MMA_ASYNC_TILES once more staged by cp.async where 16-byte loads fit C (the backend
+    # refuses it otherwise)
+    tc: list[dict[str, Any]] = [{"math": math_mode, "mma": t} for t in tiles]
     flat = p.kh * p.kw > 1 and p.c < 8          # one flat reduction, loaded word by word
     if p.c % (4 * (2 if math_mode == "f16" else 1)) == 0 and not flat:
-        tc.append({"math": math_mode, "mma": tiles[1 if len(tiles) > 1 else 0],
-                   "load": "async"})
+        tc += [{"math": math_mode, "mma": t, "load": "async"} for t in tiles
+               if t in MMA_ASYNC_TILES]
+        tc += [{"math": math_mode, "mma": t, "load": "async", "warps_k": 2} for t in tiles
+               if t in MMA_SLICED_TILES]
     return tc
 
 

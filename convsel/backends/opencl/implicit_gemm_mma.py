@@ -48,6 +48,25 @@ EMULATE_WITHOUT_TENSOR_CORES = False
 # fragments, 16-byte swizzle) rather than by 64-bit loads of word pairs. A knob only for the
 # ablation in benchmarks/gpu.py and for tests that check both layouts; always on in use.
 LDMATRIX = True
+# cp.async through L1 (.ca) rather than L2 only (.cg): a 3x3 layer's neighbouring taps, and
+# the work-groups an SM runs side by side, read the same input rows, which .cg fetches from L2
+# every time. A knob only for the ablation in benchmarks/gpu.py; always on in use.
+CP_ASYNC_L1 = True
+# TF32: the weights are rounded to TF32 (cvt.rna's rounding) once, on the host, when the
+# kernel is prepared, so the kernel converts only the input's words. A knob for the ablation.
+ROUND_WEIGHTS = True
+# Fragments of the next k-step loaded before the current one is multiplied (FRAG2), and the
+# mma as a non-volatile asm (MMA_FREE): knobs for the ablation, off in use: on the H100 both
+# were within noise of the plain kernel (benchmarks/NOTES-gpu.md, v5).
+FRAG2 = False
+MMA_FREE = False
+# The output tile through local memory, stored in 16-byte runs (STAGE_OUT), where it fits in
+# the local memory the stages take; else (and for split-K partials) from the fragments.
+STAGE_OUT = True
+# Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
+# design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
+# mma.sync, to see which part bounds a layer's time.
+DIAGNOSE: str | None = None
 # ptxas's register cap per work-item (-cl-nv-maxrregcount), or None for the compiler's own
 # choice. A knob only for the ablation in benchmarks/gpu.py (fewer registers, more work-groups
 # per SM, against spills); never set in use.
@@ -71,14 +90,23 @@ class MmaConfig:
     flat: bool                # the whole reduction as one tap (few channels: the stem)
     splits: int
     slices: int               # of the whole reduction (all splits)
+    warps_k: int = 1          # warps sharing each warp tile (sliced K)
 
     @property
     def threads(self) -> int:
-        return 32 * self.tile[2] * self.tile[3]
+        return 32 * self.tile[2] * self.tile[3] * self.warps_k
 
     @property
     def local_bytes(self) -> int:
-        return self.stages * mma_stage_bytes(self.tile, self.slice_words)
+        """The stages, or (sliced K) the partial sums of all but one warp per warp tile."""
+        sums = (self.warps_k - 1) * self.tile[0] * self.tile[1] * 4
+        return max(self.stages * mma_stage_bytes(self.tile, self.slice_words), sums)
+
+    @property
+    def partial_sums(self) -> int:
+        """Partial sums each output adds up at the end (split-K times sliced K): the error
+        bound's count of them."""
+        return self.splits * self.warps_k
 
 
 def elements_per_word(math_mode: str) -> int:
@@ -121,10 +149,10 @@ def least_padding_slices(reduction: int, per_word: int) -> list[int]:
 def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,
              widths: list[int] | None = None) -> tuple[int, str, int]:
     """(slice words, load, stages): what ``params`` name, the rest chosen: registers unless
-    cp.async is named (on the H100 registers were faster on 7 of 8 layer/math pairs,
-    benchmarks/NOTES-gpu.md), the first of ``widths`` (default: the widest slice) that still
-    leaves two stages, and as many stages as local memory holds (registers 2, cp.async up
-    to 4)."""
+    cp.async is named, the first of ``widths`` (default: the widest slice) that still leaves
+    two stages, and as many stages as local memory holds (registers 2, cp.async up to 4).
+    Wide slices first: on the H100 cp.async in 32-word slices with 2 stages beat 16-word
+    slices with 4 by 9-40% (half the barriers per mma; benchmarks/NOTES-gpu.md, v5)."""
     load = params.get("load") or "registers"
     most = 4 if load == "async" else 2
     named = params.get("slice")
@@ -179,7 +207,7 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
         raise UnsupportedError(f"split {splits}: the reduction has {slices} slices; choose "
                                f"1..{slices}", algorithm=ALGORITHM, backend="opencl")
     return MmaConfig(math_mode, tile, slice_words, load, stages, unit, flat, splits,
-                     slices)
+                     slices, int(resolved.get("warps_k") or 1))
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
@@ -227,19 +255,33 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     # Halves move as bits (never native half arithmetic); DATA_* is the storage of y, bias.
     options = [f"-DMATH_{config.math.upper()}", f"-DDATA_{p.dtype}", f"-DBM={bm}",
                f"-DBN={bn}", f"-DWARPS_M={wm}", f"-DWARPS_N={wn}",
+               f"-DWARPS_K={config.warps_k}",
                f"-DSW={config.slice_words}", f"-DSTAGES={config.stages}",
                f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}",
                f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
     options += ["-DFLAT", f"-DCIN={p.c}"] if config.flat else []
-    # The emulation only checks the kernel's indexing and arithmetic where there are no tensor
-    # cores (the tests, on PoCL), and PoCL spends seconds optimising its barrier-heavy
-    # fragments: unoptimised it builds ~6x faster. The sums cannot change: TF32 and F16
-    # products are exact in float32, so a fused and an unfused multiply-add round alike.
-    options += ["-DMMA_EMULATE", "-cl-opt-disable"] if emulate else []
+    options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}",
+                f"-DSTAGE_OUT={int(STAGE_OUT)}"]
+    options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
+    options += ["-DMMA_FREE"] if MMA_FREE else []
+    options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
+    options += ["-DMMA_EMULATE"] if emulate else []
     if MAX_REGISTERS is not None and not emulate:
         options.append(f"-cl-nv-maxrregcount={MAX_REGISTERS}")
     return options
+
+
+def tf32_rounded(w: np.ndarray) -> np.ndarray:
+    """float32 ``w`` rounded as cvt.rna.tf32.f32 rounds it (nearest, ties away from zero, 10
+    fraction bits; the low 13 bits zero), so that the kernel need not: infinities stay, NaN
+    becomes a NaN whose payload lies in the bits the tensor cores read (a payload only in the
+    low 13 bits would read as infinity)."""
+    bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    out = np.where(np.isfinite(w), rounded, bits)
+    out = np.where(np.isnan(w), np.uint32(0x7FFFE000), out)
+    return out.astype(np.uint32).view(np.float32)
 
 
 def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
@@ -254,11 +296,23 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     check_plan(p, plan, runtime, ALGORITHM)
     dtype = NUMPY_DTYPES[p.dtype]
     options = build_options(p, config, bias, emulate)
+    if emulate and runtime.device.type & cl.device_type.CPU:
+        # The emulation only checks the kernel's indexing and arithmetic where there are no
+        # tensor cores (the tests, on PoCL), and PoCL spends seconds optimising its
+        # barrier-heavy fragments: unoptimised it builds ~6x faster. The sums cannot change:
+        # TF32 and F16 products are exact in float32, so a fused and an unfused multiply-add
+        # round alike. Not on NVIDIA's compiler, which at -cl-opt-disable leaves plain
+        # `inline` helpers (common.cl's activate) unresolved ("ptxas fatal: Unresolved extern
+        # function").
+        options.append("-cl-opt-disable")
     source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
                                  after=("splitk",))
     program = runtime.program(source, tuple(options))
     # OHWI as it comes: each output channel's KH*KW*C weights contiguous (B's columns).
-    w_dev = runtime.buffer(0, np.ascontiguousarray(w, dtype=dtype))
+    weights = np.ascontiguousarray(w, dtype=dtype)
+    if "-DB_ROUNDED" in options:
+        weights = tf32_rounded(weights)
+    w_dev = runtime.buffer(0, weights)
     b_dev = bias_buffer(runtime, bias, dtype)
     x_dev = runtime.buffer(plan.sizes["x"])
     y_dev = runtime.buffer(plan.sizes["y"])

@@ -287,6 +287,118 @@ def test_both_fragment_loads_emulated(rt, monkeypatch, ldmatrix):
             _tight_check(p, params, rt, x, w, b, y, 1)
 
 
+@pytest.mark.parametrize("frag2", [True, False], ids=["frag2", "frag1"])
+def test_fragment_double_buffering_emulated(rt, monkeypatch, frag2):
+    """FRAG2 (the next k-step's fragments loaded before this one is multiplied) makes the same
+    products through both fragment loads and both pipelines, at one k-step per slice (TF32
+    16-word slices: two k-steps; F16: two) and more."""
+    monkeypatch.setattr(igm, "FRAG2", frag2)
+    for ldmatrix in (True, False):
+        monkeypatch.setattr(igm, "LDMATRIX", ldmatrix)
+        for p in (EMULATED[0], EMULATED[4]):
+            for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (64, 40, 2, 1), "slice": 16},
+                          {"mma": (32, 64, 1, 2), "load": "async", "stages": 3}):
+                params = {"math": _math(p), **extra}
+                options = igm.build_options(p, igm.configure(p, params, rt, emulate=True),
+                                            None, emulate=True)
+                assert f"-DFRAG2={int(frag2)}" in options
+                x, w, b, y, _ = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, 1)
+
+
+def test_tf32_weights_rounded_on_the_host_as_the_kernel_rounds_them():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(4096).astype(np.float32) * np.float32(1e3)
+    # ties (the dropped 13 bits exactly 0x1000) go away from zero, as cvt.rna
+    ties = (np.array([1.0, -1.0, 3.0], np.float32).view(np.uint32) | np.uint32(0x1000))
+    w = np.concatenate([w, ties.view(np.float32), np.float32([np.inf, -np.inf, 0.0, -0.0])])
+    np.testing.assert_array_equal(igm.tf32_rounded(w).view(np.uint32),
+                                  tf32_round(w).view(np.uint32))
+    assert (igm.tf32_rounded(w).view(np.uint32) & np.uint32(0x1FFF) == 0).all()
+    nan = np.float32([1.0]).view(np.uint32) | np.uint32(0x7F800001)     # payload in low bits
+    assert np.isnan(igm.tf32_rounded(nan.view(np.float32))).all()
+    assert (igm.tf32_rounded(nan.view(np.float32)).view(np.uint32) & np.uint32(0x1FFF) == 0).all()
+
+
+@pytest.mark.parametrize("round_weights", [True, False], ids=["host-rounded", "kernel-rounded"])
+def test_tf32_weights_rounded_on_the_host_or_in_the_kernel_agree(rt, monkeypatch,
+                                                                 round_weights):
+    """B rounded once on the host (B_ROUNDED) or by the kernel, both pipelines: the same
+    products as float64 on the TF32-rounded operands."""
+    monkeypatch.setattr(igm, "ROUND_WEIGHTS", round_weights)
+    p = EMULATED[0]
+    for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (32, 64, 1, 2), "load": "async"}):
+        params = {"math": "tf32", **extra}
+        options = igm.build_options(p, igm.configure(p, params, rt, emulate=True), None,
+                                    emulate=True)
+        assert ("-DB_ROUNDED" in options) == round_weights
+        x, w, b, y, _ = _run(p, params, rt, emulate=True)
+        _tight_check(p, params, rt, x, w, b, y, 1)
+
+
+def test_warp_tiles_of_32x32_in_big_work_groups_emulated(rt):
+    """(128, 64, 4, 2) and (64, 128, 2, 4): eight warps of 32x32, each work-item staging
+    fewer rows than it has warps' worth (RSTEP below the tile), in both pipelines."""
+    for p in (EMULATED[0], EMULATED[4]):
+        for tile in ((128, 64, 4, 2), (64, 128, 2, 4)):
+            for extra in ({}, {"load": "async"}):
+                params = {"math": _math(p), "mma": tile, **extra}
+                x, w, b, y, _ = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, 1)
+
+
+@pytest.mark.parametrize("load", ["registers", "async"])
+def test_sliced_k_emulated(rt, monkeypatch, load):
+    """warps_k 2: two warps per warp tile, each multiplying half of every slice's k-steps
+    (one of two at 16 words in TF32), their partial sums added through local memory; with
+    both fragment loads and FRAG2, and split-K on top."""
+    for frag2, ldmatrix in ((False, True), (True, True), (False, False)):
+        monkeypatch.setattr(igm, "FRAG2", frag2)
+        monkeypatch.setattr(igm, "LDMATRIX", ldmatrix)
+        for p in (EMULATED[0], EMULATED[4], EMULATED[3]):
+            for extra in ({"mma": (32, 24, 1, 1), "warps_k": 2},
+                          {"mma": (64, 64, 2, 2), "warps_k": 2, "slice": 16},
+                          {"mma": (32, 64, 1, 2), "warps_k": 2, "split": 2}):
+                params = {"math": _math(p), "load": load, **extra}
+                if "split" in extra:      # a 1x1 layer of 24 channels is one slice: no split
+                    one = igm.configure(p, {**params, "split": 1}, rt, emulate=True)
+                    params["split"] = min(extra["split"], one.slices)
+                config = igm.configure(p, params, rt, emulate=True)
+                assert config.threads == 64 * extra["mma"][2] * extra["mma"][3]
+                assert config.partial_sums == 2 * config.splits
+                x, w, b, y, kernel = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, config.partial_sums)
+
+
+@pytest.mark.parametrize("stage_out", [True, False], ids=["staged-out", "fragment-out"])
+def test_output_tile_through_local_memory_or_from_the_fragments_emulated(rt, monkeypatch,
+                                                                          stage_out):
+    """STAGE_OUT: the finished tile (bias, activation, F16 rounding) stored from local memory
+    in 16-byte runs where K is a multiple of the run (4 floats, 8 halves), value by value
+    where not (K = 13, 10), for tiles bigger than the problem and with sliced K; or from the
+    fragments as before."""
+    monkeypatch.setattr(igm, "STAGE_OUT", stage_out)
+    for p in (EMULATED[0], EMULATED[4], EMULATED[4].replace(k=13), EMULATED[1]):
+        for extra in ({"mma": (32, 24, 1, 1)}, {"mma": (64, 64, 2, 2), "load": "async"},
+                      {"mma": (32, 64, 1, 2), "warps_k": 2}):
+            params = {"math": _math(p), **extra}
+            if p.c % 8 and extra.get("load") == "async":
+                params.pop("load")                 # 5 channels: word loads, registers only
+            config = igm.configure(p, params, rt, emulate=True)
+            assert f"-DSTAGE_OUT={int(stage_out)}" in igm.build_options(p, config, None, True)
+            x, w, b, y, _ = _run(p, params, rt, emulate=True)
+            _tight_check(p, params, rt, x, w, b, y, config.partial_sums)
+
+
+def test_sliced_k_is_checked_with_its_reason():
+    p = F32_FAST
+    for params, why in (({"mma": (64, 64, 2, 2), "warps_k": 3}, "warps_k must be 1 or 2"),
+                        ({"mma": (128, 128, 4, 4), "warps_k": 2}, "at most 16"),
+                        ({"mma": (128, 128, 2, 2), "warps_k": 2}, "partial sums need")):
+        verdict = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32", **params})
+        assert not verdict.ok and why in verdict.reason, verdict.reason
+
+
 def test_cp_async_emulated(rt):
     """cp.async (copies straight to local memory, TF32 rounded at the fragments) runs
     emulated as plain copies: its indexing checked like the registers path; with no load
@@ -357,7 +469,8 @@ def _native_case(p: ConvProblem, runtime, seed: int = 0, bias: bool = True) -> i
         config = igm.configure(p, params, runtime)
         kernel = igm.prepare(p, w, b if bias else None, params, runtime)
         y = kernel.run(x).astype(np.float64)
-        bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c, config.splits)
+        bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c,
+                                config.partial_sums)
         finite = bool(np.isfinite(y).all())
         err = float(np.max(np.abs(y - ref) / scale)) if finite else math.inf
         norm = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if finite else math.inf

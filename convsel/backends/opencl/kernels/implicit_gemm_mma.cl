@@ -8,12 +8,16 @@
 //             contiguous, which is the "col" operand mma.sync wants)
 //
 // A work-group of WARPS_M x WARPS_N warps computes a BM x BN tile of Y; each warp a
-// (BM/WARPS_M) x (BN/WARPS_N) tile of 16x8 mma fragments. The reduction runs in slices of SW
-// words (SW TF32 channels or 2*SW halves) of one tap; each slice of A and of B is staged in
-// local memory as rows of SW words, k fastest, swizzled (XOR by the row, no padding) so that
-// the warps' fragment loads hit distinct banks: LDSM 1 (the default), one ldmatrix.x4 per A
-// fragment and per two B fragments, on 16-byte chunks; LDSM 0, 64-bit loads of word pairs on
-// 8-byte chunks (kept for the ablation in benchmarks/gpu.py).
+// (BM/WARPS_M) x (BN/WARPS_N) tile of 16x8 mma fragments. WARPS_K > 1 (sliced K): that many
+// warps share each warp tile, warp wk multiplying k-steps wk, wk + WARPS_K, ... of every
+// slice; their partial sums meet in local memory at the end (more warps per work-group, so
+// more to hide latency with, at the same block tile and bytes per mma).
+// The reduction runs in slices of SW words (SW TF32 channels or 2*SW halves) of one tap;
+// each slice of A and of B is staged in local memory as rows of SW words, k fastest,
+// swizzled (XOR by the row, no padding) so that the warps' fragment loads hit distinct
+// banks: LDSM 1 (the default), one ldmatrix.x4 per A fragment and per two B fragments, on
+// 16-byte chunks; LDSM 0, 64-bit loads of word pairs on 8-byte chunks (kept for the ablation
+// in benchmarks/gpu.py).
 // Two ways to stage a slice:
 // - registers (ASYNC 0): the next slice is fetched into registers while the current one is
 //   multiplied (TF32 words rounded with cvt.rna on the way to local memory); STAGES 1 or 2
@@ -32,10 +36,14 @@
 //
 // Build options: MATH_TF32 | MATH_F16, DATA_F32 | DATA_F16 (storage; halves move as bits),
 // BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, FLAT and CIN, ACT*, HAS_BIAS,
-// MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code). Local size (32*WARPS_M*WARPS_N, 1, 1), fixed; global size
+// WARPS_K, MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code).
+// Local size (32*WARPS_M*WARPS_N*WARPS_K, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
-#define NWARPS (WARPS_M * WARPS_N)
+#if !defined(WARPS_K)
+#define WARPS_K 1
+#endif
+#define NWARPS (WARPS_M * WARPS_N * WARPS_K)
 #define NT (32 * NWARPS)
 #define WTM (BM / WARPS_M)            // a warp's tile
 #define WTN (BN / WARPS_N)
@@ -53,6 +61,32 @@
 #if WTM % 16 || WTN % 8 || BM % WARPS_M || BN % WARPS_N
 #error "each warp's tile must be whole 16x8 fragments"
 #endif
+#if (SW / 8) % WARPS_K
+#error "WARPS_K must divide a slice's k-steps"
+#endif
+// local memory: the stages, or (sliced K) the partial sums of warps wk > 0, if more
+#define SUM_WORDS ((WARPS_K - 1) * BM * BN)
+#define SMEM_WORDS (STAGES * STAGE_WORDS > SUM_WORDS ? STAGES * STAGE_WORDS : SUM_WORDS)
+
+// STAGE_OUT: the output tile leaves through local memory, in 16-byte runs of OUT_VEC values
+// (rows padded by 16 bytes), where it fits in the local memory the stages already take.
+#if !defined(STAGE_OUT)
+#define STAGE_OUT 1
+#endif
+#if defined(DATA_F16)
+#define OUT_VEC 8
+#define OUT_ROW (BN + 8)
+#define OUT_WORDS (BM * OUT_ROW / 2)
+#else
+#define OUT_VEC 4
+#define OUT_ROW (BN + 4)
+#define OUT_WORDS (BM * OUT_ROW)
+#endif
+#if STAGE_OUT && OUT_WORDS <= SMEM_WORDS
+#define OUT_STAGED 1
+#else
+#define OUT_STAGED 0
+#endif
 #if defined(FLAT) && (UW != 1 || !defined(CIN))
 #error "FLAT gathers one word at a time (UW 1) and needs C at build time (CIN)"
 #endif
@@ -68,6 +102,15 @@
 
 #if !defined(LDSM)
 #define LDSM 1
+#endif
+#if !defined(CP_L1)
+#define CP_L1 1                       // cp.async.ca (through L1) rather than .cg (L2 only)
+#endif
+#if !defined(FRAG2)
+#define FRAG2 0
+#endif
+#if defined(B_ROUNDED) && !defined(MATH_TF32)
+#error "B_ROUNDED: TF32 weights rounded on the host"
 #endif
 
 // The swizzle (no padding: rows are SW words). LDSM 1, fragments by ldmatrix: 16-byte chunk
@@ -134,28 +177,41 @@
 #define ELEM_BITS(p, off) ((uint)(p)[(off)])
 #endif
 
-// A staged word as the mma wants it: TF32 words copied raw by cp.async are rounded here.
+// A staged word as the mma wants it: TF32 words copied raw by cp.async are rounded here;
+// B_ROUNDED: the weights were rounded to TF32 once, on the host, so B's words are not.
 #if ASYNC && defined(MATH_TF32)
 #define FRAG(u) to_tf32(as_float(u))
 #else
 #define FRAG(u) (u)
 #endif
+#if ASYNC && defined(MATH_TF32) && !defined(B_ROUNDED)
+#define FRAG_B(u) to_tf32(as_float(u))
+#else
+#define FRAG_B(u) (u)
+#endif
 
 #if ASYNC && defined(MMA_EMULATE)
 // cp.async emulated: the copy done at once (0 bytes: zeros), nothing left to wait for; the
 // barrier after CP_WAIT() still orders it before any warp reads the stage.
-inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     *(__local uint4*)dst = bytes ? *(__global const uint4*)src : (uint4)(0u);
 }
-inline void cp_commit(void) {}
+static inline void cp_commit(void) {}
 #define CP_WAIT() ((void)0)
 #elif ASYNC
-inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
     // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
+#if defined(DIAG_NO_LOADS)
+    // diagnosis only (benchmarks/gpu.py --diagnose; wrong results): no copies at all
+#elif CP_L1
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+#endif
 }
-inline void cp_commit(void) {
+static inline void cp_commit(void) {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 #if STAGES == 2
@@ -181,106 +237,102 @@ inline void cp_commit(void) {
                                      2 * (ks) + (((L) >> 3) & 1))
 #endif
 
-// One staged slice: SW/8 k-steps of FM x FN mma fragments into the warp's accumulators.
-// `a_row`, `b_row`: the first rows of the warp's A and B fragments in the stage (LDSM 1), or
-// this lane's first rows (LDSM 0, with `t4` its word pair).
-inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4,
-                           float acc[FM][FN][4], __local uint* mma_scr, int lane) {
-#if !LDSM
-    const int swz = SWZ(a_row);        // rows g, g+8, g+16... share it (multiples of 16 apart)
-#endif
 #if defined(MMA_EMULATE)
-#pragma unroll 1
+#define UNROLL _Pragma("unroll 1")
 #else
-#pragma unroll
+#define UNROLL _Pragma("unroll")
 #endif
-    for (int ks = 0; ks < SW / 8; ++ks) {
-        uint a[FM][4], b[FN][2];
+
+// The fragments of k-step ks of a staged slice: FM A fragments and FN B fragments of the
+// warp. `a_row`, `b_row`: the first rows of the warp's A and B fragments in the stage
+// (LDSM 1), or this lane's first rows (LDSM 0, with `t4` its word pair).
+static inline void load_fragments(__local const uint* src, int a_row, int b_row, int t4, int ks,
+                           uint a[FM][4], uint b[FN][2], int lane) {
 #if LDSM
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i) {
+    UNROLL
+    for (int i = 0; i < FM; ++i) {
 #define A_ROW_WORD(L) (A_LANE_WORD(L, ks) + i * 16 * SW)
-            LDSM_X4(a[i][0], a[i][1], a[i][2], a[i][3], src, A_ROW_WORD);
+        LDSM_X4(a[i][0], a[i][1], a[i][2], a[i][3], src, A_ROW_WORD);
 #undef A_ROW_WORD
-        }
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int j = 0; j + 1 < FN; j += 2) {
+    }
+    UNROLL
+    for (int j = 0; j + 1 < FN; j += 2) {
 #define B_ROW_WORD(L) (B_LANE_WORD(L, ks) + j * 8 * SW)
-            LDSM_X4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], src, B_ROW_WORD);
+        LDSM_X4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], src, B_ROW_WORD);
 #undef B_ROW_WORD
-        }
+    }
 #if FN % 2
 #define B_ROW_WORD(L) (B_LANE_WORD(L, ks) + (FN - 1) * 8 * SW)
-        LDSM_X2(b[FN - 1][0], b[FN - 1][1], src, B_ROW_WORD);
+    LDSM_X2(b[FN - 1][0], b[FN - 1][1], src, B_ROW_WORD);
 #undef B_ROW_WORD
 #endif
 #if ASYNC && defined(MATH_TF32)
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i)
-            for (int r = 0; r < 4; ++r) a[i][r] = FRAG(a[i][r]);
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int j = 0; j < FN; ++j) {
-            b[j][0] = FRAG(b[j][0]);
-            b[j][1] = FRAG(b[j][1]);
-        }
-#endif
-#else
-        const int pair = ((((4 * ks) ^ swz) + t4) << 1);   // word 2t of k-step ks, swizzled
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i) {
-            const uint2 lo = *(__local const uint2*)(src + (a_row + i * 16) * SW + pair);
-            const uint2 hi = *(__local const uint2*)(src + (a_row + i * 16 + 8) * SW + pair);
-            a[i][0] = FRAG(lo.x); a[i][1] = FRAG(hi.x); a[i][2] = FRAG(lo.y);
-            a[i][3] = FRAG(hi.y);
-        }
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int j = 0; j < FN; ++j) {
-            const uint2 v = *(__local const uint2*)(src + (b_row + j * 8) * SW + pair);
-            b[j][0] = FRAG(v.x); b[j][1] = FRAG(v.y);
-        }
-#endif
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-        for (int i = 0; i < FM; ++i)
-#if defined(MMA_EMULATE)
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-            for (int j = 0; j < FN; ++j)
-                MMA(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[j][0], b[j][1]);
+    UNROLL
+    for (int i = 0; i < FM; ++i)
+        for (int r = 0; r < 4; ++r) a[i][r] = FRAG(a[i][r]);
+    UNROLL
+    for (int j = 0; j < FN; ++j) {
+        b[j][0] = FRAG_B(b[j][0]);
+        b[j][1] = FRAG_B(b[j][1]);
     }
+#endif
+#else
+    const int swz = SWZ(a_row);        // rows g, g+8, g+16... share it (multiples of 16 apart)
+    const int pair = ((((4 * ks) ^ swz) + t4) << 1);   // word 2t of k-step ks, swizzled
+    UNROLL
+    for (int i = 0; i < FM; ++i) {
+        const uint2 lo = *(__local const uint2*)(src + (a_row + i * 16) * SW + pair);
+        const uint2 hi = *(__local const uint2*)(src + (a_row + i * 16 + 8) * SW + pair);
+        a[i][0] = FRAG(lo.x); a[i][1] = FRAG(hi.x); a[i][2] = FRAG(lo.y);
+        a[i][3] = FRAG(hi.y);
+    }
+    UNROLL
+    for (int j = 0; j < FN; ++j) {
+        const uint2 v = *(__local const uint2*)(src + (b_row + j * 8) * SW + pair);
+        b[j][0] = FRAG_B(v.x); b[j][1] = FRAG_B(v.y);
+    }
+#endif
+}
+
+static inline void multiply_fragments(float acc[FM][FN][4], uint a[FM][4], uint b[FN][2],
+                               __local uint* mma_scr, int lane) {
+    UNROLL
+    for (int i = 0; i < FM; ++i)
+        UNROLL
+        for (int j = 0; j < FN; ++j)
+            MMA(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[j][0], b[j][1]);
+}
+
+// One staged slice: SW/8 k-steps of FM x FN mma fragments into the warp's accumulators.
+// FRAG2: the fragments of k-step ks + 1 are loaded before k-step ks is multiplied (two
+// sets of fragment registers), so that local-memory latency overlaps the mma of the step
+// before instead of stalling it.
+// Sliced K: this warp's k-steps are wk, wk + WARPS_K, ... (KSTEPS of them).
+#define KSTEPS (SW / 8 / WARPS_K)
+static inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4, int wk,
+                           float acc[FM][FN][4], __local uint* mma_scr, int lane) {
+#if FRAG2
+    uint a[2][FM][4], b[2][FN][2];
+    load_fragments(src, a_row, b_row, t4, wk, a[0], b[0], lane);
+    UNROLL
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        if (kk + 1 < KSTEPS)
+            load_fragments(src, a_row, b_row, t4, (kk + 1) * WARPS_K + wk, a[(kk + 1) & 1],
+                           b[(kk + 1) & 1], lane);
+        multiply_fragments(acc, a[kk & 1], b[kk & 1], mma_scr, lane);
+    }
+#else
+    UNROLL
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        uint a[FM][4], b[FN][2];
+        load_fragments(src, a_row, b_row, t4, kk * WARPS_K + wk, a, b, lane);
+        multiply_fragments(acc, a, b, mma_scr, lane);
+    }
+#endif
 }
 
 // finish_store (common.cl) of two adjacent outputs, `index` even: one aligned store.
-inline void finish_store_pair(float v0, float v1, __global const DATA_T* bias, int channel,
+static inline void finish_store_pair(float v0, float v1, __global const DATA_T* bias, int channel,
                               __global DATA_T* out, int index) {
 #if defined(HAS_BIAS)
     v0 += (float)LOAD(bias, channel);
@@ -299,7 +351,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
                        __global const DATA_T* bias, __global DATA_T* y,
                        __global float* part, int M, int N, int C, int H, int W, int OH,
                        int OW, int PT, int PL, int splits) {
-    __local uint4 smem4[STAGES * STAGE_WORDS / 4];     // uint4: 16-byte aligned rows
+    __local uint4 smem4[SMEM_WORDS / 4];               // uint4: 16-byte aligned rows
     __local uint* smem = (__local uint*)smem4;
 #if defined(MMA_EMULATE)
     __local uint mma_scratch[NWARPS * MMA_SCRATCH_WORDS];
@@ -313,7 +365,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     mma_scr = mma_scratch + warp * MMA_SCRATCH_WORDS;
 #endif
     const int g = lane >> 2, t4 = lane & 3;
-    const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+    const int wm = warp % WARPS_M, wn = (warp / WARPS_M) % WARPS_N;
+    const int wk = warp / (WARPS_M * WARPS_N);          // its share of each slice's k-steps
     const int n0 = get_group_id(0) * BN;
     const int m0 = get_group_id(1) * BM;
     const int split = get_group_id(2);
@@ -381,7 +434,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     const int a_row = wm * WTM + g;
     const int b_row = BM + wn * WTN + g;
 #endif
-#define COMPUTE(s) multiply_slice(smem + (s) * STAGE_WORDS, a_row, b_row, t4, acc, mma_scr, lane)
+#define COMPUTE(s)                                                                         \
+    multiply_slice(smem + (s) * STAGE_WORDS, a_row, b_row, t4, wk, acc, mma_scr, lane)
 
     // The next slice to load, as a cursor (no division per slice): its tap's kernel row cti
     // and column ctj (merged taps: the row alone), and its first channel cc0 in the tap.
@@ -550,10 +604,18 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #define TO_WORDS(u) (u)
 #endif
 
+#if defined(B_ROUNDED)
+#define TO_WORDS_B(u) (u)
+#else
+#define TO_WORDS_B(u) TO_WORDS(u)
+#endif
+
 #if UW == 4
 #define PUT(buf, word, u) (*(__local uint4*)((buf) + (word)) = TO_WORDS(u))
+#define PUT_B(buf, word, u) (*(__local uint4*)((buf) + (word)) = TO_WORDS_B(u))
 #else
 #define PUT(buf, word, u) ((buf)[(word)] = TO_WORDS(u))
+#define PUT_B(buf, word, u) ((buf)[(word)] = TO_WORDS_B(u))
 #endif
 
 #define STORE_STAGE(s)                                                                     \
@@ -562,7 +624,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         for (int l = 0; l < LA; ++l)                                                       \
             if (A_UNIT_OK(l)) PUT(dst, UNIT_WORD(u_row, l), pa[l]);                        \
         for (int l = 0; l < LB; ++l)                                                       \
-            if (B_UNIT_OK(l)) PUT(dst + BM * SW, UNIT_WORD(u_row, l), pb[l]);              \
+            if (B_UNIT_OK(l)) PUT_B(dst + BM * SW, UNIT_WORD(u_row, l), pb[l]);              \
     }
 
     if (t_begin < t_end) {
@@ -583,6 +645,88 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#endif
+
+#if WARPS_K > 1
+    // Sliced K: warps wk > 0 leave their partial sums in local memory, lane-major (each
+    // warp's 32 lanes side by side: no bank conflicts), and the warp wk = 0 of the same warp
+    // tile adds them up and stores; the others are done.
+    {
+        __local float* sums = (__local float*)smem;
+        const int wmn = warp - wk * (WARPS_M * WARPS_N);
+#define SUM_AT(q) (sums + (((q) - 1) * (WARPS_M * WARPS_N) + wmn) * (FM * FN * 4 * 32) + lane)
+        barrier(CLK_LOCAL_MEM_FENCE);                     // every warp done with the stages
+        if (wk > 0) {
+            __local float* mine = SUM_AT(wk);
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) mine[((i * FN + j) * 4 + r) * 32] = acc[i][j][r];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int q = 1; q < WARPS_K && wk == 0; ++q) {
+            __local const float* theirs = SUM_AT(q);
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) acc[i][j][r] += theirs[((i * FN + j) * 4 + r) * 32];
+        }
+#undef SUM_AT
+    }
+#endif
+
+#if OUT_STAGED
+    // The output tile through local memory (no split-K): the warps (wk = 0) leave their
+    // finished values (bias, activation, rounding to the data type) in a BM x BN tile, then
+    // every work-item stores 16-byte runs of its rows, whole 32-byte sectors per pair of
+    // work-items, where the fragments' own stores write 16 bytes (halves) or 32 (floats) of
+    // a row at a time.
+    if (splits == 1) {
+        __local DATA_T* tile = (__local DATA_T*)smem;
+        barrier(CLK_LOCAL_MEM_FENCE);            // the stages (and sliced K's sums) are free
+        if (wk == 0) {
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int r = wm * WTM + i * 16 + g + 8 * h;
+                            const int c = wn * WTN + j * 8 + 2 * t4 + e;
+                            float v = acc[i][j][2 * h + e];
+#if defined(HAS_BIAS)
+                            if (n0 + c < N) v += (float)LOAD(bias, n0 + c);
+#endif
+                            STORE(activate(v), tile, r * OUT_ROW + c);
+                        }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const bool whole = N % OUT_VEC == 0;     // then every run is whole and aligned
+        for (int q = tid; q < BM * (BN / OUT_VEC); q += NT) {
+            const int r = q / (BN / OUT_VEC);
+            const int c = (q - r * (BN / OUT_VEC)) * OUT_VEC;
+            const int m = m0 + r, col = n0 + c;
+            if (m >= M || col >= N) continue;
+            __local const COPY_T* src = (__local const COPY_T*)tile + r * OUT_ROW + c;
+            __global COPY_T* dst = (__global COPY_T*)y + m * N + col;
+            if (whole) {
+                *(__global uint4*)dst = *(__local const uint4*)src;
+            } else {
+                for (int e = 0; e < OUT_VEC; ++e)
+                    if (col + e < N) dst[e] = src[e];
+            }
+        }
+        return;
+    }
+#endif
+#if WARPS_K > 1
+    if (wk > 0) return;                          // warp wk = 0 stores the tile's sums
 #endif
 
     // The epilogue: d0, d1 (and d2, d3) are columns 2t, 2t+1 of one row, so where N is even

@@ -75,16 +75,16 @@
 
 #if defined(MMA_EMULATE)
 
-inline uint to_tf32(float f) {
+static inline uint to_tf32(float f) {
     // round to nearest, ties away from zero, on the magnitude: as cvt.rna for finite f
     return (as_uint(f) + 0x1000u) & 0xffffe000u;
 }
 
-inline float half_bits(ushort bits) {
+static inline float half_bits(ushort bits) {
     return vload_half(0, (const __private half*)&bits);
 }
 
-inline float word_dot(uint a, uint b) {
+static inline float word_dot(uint a, uint b) {
 #if defined(MATH_TF32)
     return as_float(a) * as_float(b);
 #else
@@ -93,7 +93,7 @@ inline float word_dot(uint a, uint b) {
 #endif
 }
 
-inline void emulated_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
+static inline void emulated_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
                          __local uint* s, int l) {
     const int g = l >> 2, t = l & 3;
     __local uint* As = s;             // [16 rows][8 word slots]
@@ -121,17 +121,33 @@ inline void emulated_mma(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, 
 
 #else
 
-inline uint to_tf32(float f) {
+// MMA_FREE: the mma and the TF32 rounding as plain (not volatile) asm, pure functions of
+// their registers, which the compiler may schedule among the fragment loads (volatile asm
+// keeps its source order).
+#if defined(MMA_FREE)
+#define MMA_ASM asm
+#else
+#define MMA_ASM asm volatile
+#endif
+
+static inline uint to_tf32(float f) {
     uint r;
-    asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    MMA_ASM("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
     return r;
 }
 
 #define MMA_SCRATCH_WORDS 1
+#if defined(DIAG_NO_MMA)
+// diagnosis only (benchmarks/gpu.py --diagnose; wrong results): the operands are consumed
+// by an empty asm, so their loads stay, but no mma runs
 #define MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
-    asm volatile(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"        \
+    asm volatile("" :: "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#else
+#define MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
+    MMA_ASM(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"             \
                  : "=f"((d)[0]), "=f"((d)[1]), "=f"((d)[2]), "=f"((d)[3])                   \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),                    \
                    "f"((d)[0]), "f"((d)[1]), "f"((d)[2]), "f"((d)[3]))
+#endif
 
 #endif
