@@ -176,3 +176,19 @@ def test_where_the_gate_would_abstain_the_rules_regret_is_what_is_delivered():
     rules' regret there (1.3 and 1.0), not the model's (9.0 and 1.3)."""
     measured = {"depthwise": _record(9.0, 1.3), "grouped": _record(1.3, 1.0)}
     assert delivered(1.02, measured) == pytest.approx((1.02 * 1.3 * 1.0) ** (1 / 3))
+
+
+def test_a_depthwise_direct_convolution_is_one_reduction_over_taps_per_output():
+    """What the homes say an algorithm does decides the analytic terms: a depthwise layer's
+    direct convolution sums each output's 9 taps in one pass (one product, reduction 9), not
+    512 x 9 one-by-one products, with a channel multiplier too (an elementwise multiply-add
+    per tap); a grouped layer with more channels per group stays per-group products."""
+    for k in (512, 1024):
+        depthwise = candidate_features(ConvProblem(1, 28, 28, 512, k, 3, 3, pad=1, groups=512),
+                                       "direct")
+        assert depthwise["log_gemm_calls"] == 0.0
+        assert depthwise["log_gemm_k"] == pytest.approx(math.log10(9))
+        assert depthwise["log_gemm_m"] == pytest.approx(math.log10(28 * 28 * k))
+    grouped = candidate_features(ConvProblem(1, 28, 28, 512, 512, 3, 3, pad=1, groups=64),
+                                 "direct")
+    assert grouped["log_gemm_calls"] == pytest.approx(math.log10(64 * 9))
