@@ -28,7 +28,14 @@ def opencl_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
 
 
 def features(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
-    """Tap by tap: one product of (pixels x channels per group) per tap and group."""
+    """Tap by tap: one product of (pixels x channels per group) per tap and group; a
+    depthwise problem (one input channel per group) has no product to speak of: each
+    output sums its own taps in one pass, a single (outputs x taps) by (taps x 1) reduction
+    (the backends' depthwise paths: an elementwise multiply-add per tap, or a register
+    accumulator per output)."""
+    if p.is_depthwise:
+        outputs = p.n * p.out_h * p.out_w * p.k
+        return candidate_features(p, params, gemm=Gemm(outputs, 1, p.kh * p.kw, 1))
     return candidate_features(p, params, gemm=Gemm.grouped(p, taps_in_k=False))
 
 

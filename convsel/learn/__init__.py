@@ -2,8 +2,12 @@
 machine's own timings in the tuning database.
 
 - :mod:`.features`: a candidate (problem, algorithm, variant) as numbers.
-- :mod:`.models`: the model families (roofline least squares, LightGBM trees), stored as data.
-- :mod:`.fit`: fit from the database's timings, compare families by held-out regret.
+- :mod:`.models`: the model families (roofline least squares, the analytic cost model of
+  :mod:`.analytic`, LightGBM trees, their combinations in :mod:`.combined`), stored as data.
+- :mod:`.fit`: fit from the database's timings, compare families by held-out regret and by
+  leave-one-family-out extrapolation; keep one only if it beats ACL's rules.
+- :mod:`.domain` and :mod:`.trust`: what a model has seen, and whether what fit measured of
+  its extrapolation speaks for answering a shape outside that.
 - :mod:`.stored`: a model read back from the database, ranking a problem's candidates.
 
 The "predicted" policy (:mod:`convsel.policies.predicted`) answers from these.

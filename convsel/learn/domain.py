@@ -68,6 +68,14 @@ SHAPE_FAMILIES: dict[str, tuple[str, Any]] = {
 }
 
 
+# The shape families that are kinds (a flag: a grouped layer is no larger or smaller dense
+# one); the others lie along sizes (channels, kernel, stride). A query outside the domain by
+# its kind is judged by how the model extrapolated to the kinds it was fitted without, one
+# outside by its sizes by how it extrapolated along sizes.
+KIND_FAMILIES = tuple(name for name in SHAPE_FAMILIES if name in FLAGS)
+SIZE_FAMILIES = tuple(name for name in SHAPE_FAMILIES if name not in FLAGS)
+
+
 def families_of(p: ConvProblem) -> list[str]:
     """The shape families ``p`` belongs to."""
     return [name for name, (_, member) in SHAPE_FAMILIES.items() if member(p)]

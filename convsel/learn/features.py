@@ -21,8 +21,9 @@ from ..algorithms.cost import CANDIDATE_FEATURES, moved_bytes
 from ..problem import ConvProblem
 
 # 2: the tiled GEMM's work-group tile, its count and fill; 3: the matrix products each
-# algorithm reduces the convolution to (sizes, count, arithmetic per element)
-FEATURES_VERSION = "3"
+# algorithm reduces the convolution to (sizes, count, arithmetic per element); 4: a depthwise
+# direct convolution as one reduction over taps per output (not a product per channel and tap)
+FEATURES_VERSION = "4"
 
 
 def problem_features(p: ConvProblem) -> dict[str, float]:

@@ -10,13 +10,16 @@ time by the fastest measured time; a pick tied with the fastest within the entry
 counts 1.0), not by prediction error: what matters is the ranking within a problem.
 
 ACL's rules are scored on the same problems (their pick's measured time over the fastest).
-The kept family is also asked how it extrapolates (:func:`extrapolation`): for each shape
-family (grouped, depthwise, few-channel, large-kernel, strided), fitted without it, does it
-still do at least as well as the rules on it? The predicted policy answers a shape outside
-the model's training data only where that held (see :mod:`convsel.learn.domain`).
+Every family that beats the rules is also asked how it extrapolates (:func:`extrapolation`):
+for each shape family (grouped, depthwise, few-channel, large-kernel, strided), fitted without
+it, does it still do at least as well as the rules on it? Of those, the one kept is the one
+that delivers the lowest regret over both questions
+(:func:`convsel.learn.trust.delivered`), and the predicted
+policy answers a shape outside its training data only where that held (see
+:meth:`convsel.learn.stored.StoredModel.extrapolates`).
 A family must earn its place (:func:`verdict`): a lower geometric-mean regret than the rules
 by more than the noise of that difference (two standard errors of the per-problem log-regret
-differences), and a worst case no worse than theirs. The best family that does is refitted on
+differences), and a worst case no worse than theirs. The family kept is refitted on
 everything and stored as data, with its identity and everyone's held-out figures; when none
 does, the best one is stored as *rejected* (``meta["accepted"]`` false, ``meta["verdict"]``
 says why) and never answers: the predicted and measured policies answer from the rules and
@@ -45,6 +48,7 @@ from ..tuning.entry import IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
 from .domain import SHAPE_FAMILIES, describe
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
 from .models import FAMILIES, Model, available_families
+from .trust import delivered, trusted
 
 FOLDS = 5
 MIN_PROBLEMS = 8
@@ -280,8 +284,7 @@ def extrapolation(family: str, data: Dataset,
         mine = regret_summary({p: chosen[p] for p in both})
         theirs = regret_summary({p: baseline[p] for p in both})
         out[name] = {"shapes": len(both), "model": mine, "rules": theirs,
-                     "trusted": bool(mine["geomean_regret"] <= theirs["geomean_regret"]
-                                     and _no_worse(mine["worst"], theirs["worst"]))}
+                     "trusted": trusted([{"model": mine, "rules": theirs}])}
     return out
 
 
@@ -330,11 +333,17 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
         target = default_target(backends.pop() if len(backends) == 1 else "numpy")
     baseline = rules_picks(data, target, rules)
     scores = {f: cross_validate(f, data, folds, baseline) for f in names}
+    for f in names:
+        if scores[f]["verdict"]["accepted"]:
+            scores[f]["extrapolation"] = extrapolation(f, data, baseline)
+            scores[f]["delivered"] = delivered(scores[f]["geomean_regret"],
+                                               scores[f]["extrapolation"])
     best = min(names, key=lambda f: (not scores[f]["verdict"]["accepted"],
+                                     scores[f].get("delivered") or math.inf,
                                      scores[f]["geomean_regret"] or math.inf,
                                      -(scores[f]["fastest_share"] or 0.0), f))
     judged = scores[best]["verdict"]
-    extrapolates = extrapolation(best, data, baseline) if judged["accepted"] else {}
+    extrapolates = scores[best].get("extrapolation", {})
     model = FAMILIES[best].fit(data.x, data.y, data.variants)
     stored = model.to_data()
     meta = {"id": model_id(best, stored), "family": best, "training_problems":

@@ -2,7 +2,7 @@
 never as pickles.
 
 A family fits ``log(time)`` of candidates from their feature rows (:mod:`.features`) and
-predicts it for new rows. Two families:
+predicts it for new rows. The families:
 
 ``roofline``
     per variant (algorithm and tile), time = c0 + c1 * arithmetic + c2 * bytes moved +
@@ -10,9 +10,16 @@ predicts it for new rows. Two families:
     error (scipy's NNLS, rows weighted by 1 / time). A variant never seen in training falls
     back to its algorithm's coefficients. Few parameters: robust on little data, blind to
     effects that are not linear in work (cache fits, thread start-up, tile shapes).
+``analytic``
+    per variant, a sum of work terms (arithmetic, memory, per-call and per-work-group costs,
+    the critical path), each over a fitted non-negative throughput, in log space
+    (:mod:`.analytic`): extrapolates along work, which trees cannot.
 ``gbt``
     gradient-boosted trees (LightGBM) over every feature, on log(time per direct FLOP): learns
     where each algorithm is efficient, but needs more data and extrapolates flat.
+``analytic+gbt``, ``hybrid``
+    the two combined (:mod:`.combined`): their mean log time, or trees on the analytic
+    model's residual.
 
 :data:`FAMILIES` is the one list; ``FAMILIES[name].fit(X, y, variants)`` returns a model,
 ``FAMILIES[name].load(data)`` reads the stored form back.
@@ -115,7 +122,7 @@ GBT_PARAMS: dict[str, Any] = {
 GBT_ROUNDS = 400
 
 
-def _lightgbm() -> Any:
+def lightgbm() -> Any:
     try:
         import lightgbm
     except ImportError as exc:
@@ -138,14 +145,14 @@ class GbtModel:
 
     @classmethod
     def fit(cls, x: np.ndarray, y: np.ndarray, variants: Sequence[str]) -> GbtModel:
-        lgb = _lightgbm()
+        lgb = lightgbm()
         data = lgb.Dataset(x, label=y - _per_flop(x), feature_name=list(FEATURE_NAMES),
                            free_raw_data=False)
         booster = lgb.train(GBT_PARAMS, data, num_boost_round=GBT_ROUNDS)
         return cls(booster.model_to_string(), booster)
 
     def predict(self, x: np.ndarray, variants: Sequence[str]) -> np.ndarray:
-        booster = self.booster or _lightgbm().Booster(model_str=self.text)
+        booster = self.booster or lightgbm().Booster(model_str=self.text)
         out: np.ndarray = np.asarray(booster.predict(x, num_threads=1)) + _per_flop(x)
         return out
 
@@ -157,7 +164,7 @@ class GbtModel:
         text = data.get("lightgbm_text")
         if not isinstance(text, str) or not text.startswith("tree"):
             raise ModelError("gbt model: 'lightgbm_text' is not a LightGBM text model")
-        lgb = _lightgbm()
+        lgb = lightgbm()
         try:
             booster = lgb.Booster(model_str=text)
         except Exception as exc:  # noqa: BLE001 - LightGBM raises its own error types
@@ -176,10 +183,22 @@ class Family:
     needs: str = ""      # the optional package it needs, if any
 
 
-FAMILIES: dict[str, Family] = {
-    "roofline": Family("roofline", RooflineModel.fit, RooflineModel.load),
-    "gbt": Family("gbt", GbtModel.fit, GbtModel.load, needs="lightgbm"),
-}
+def _families() -> dict[str, Family]:
+    # the analytic and combined families import this module's ModelError and GbtModel
+    from .analytic import AnalyticModel
+    from .combined import BlendModel, HybridModel
+
+    return {
+        "roofline": Family("roofline", RooflineModel.fit, RooflineModel.load),
+        "analytic": Family("analytic", AnalyticModel.fit, AnalyticModel.load),
+        "gbt": Family("gbt", GbtModel.fit, GbtModel.load, needs="lightgbm"),
+        "analytic+gbt": Family("analytic+gbt", BlendModel.fit, BlendModel.load,
+                               needs="lightgbm"),
+        "hybrid": Family("hybrid", HybridModel.fit, HybridModel.load, needs="lightgbm"),
+    }
+
+
+FAMILIES: dict[str, Family] = _families()
 
 
 def available_families() -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import domain as domains
+from . import trust
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
 from .models import FAMILIES, Model, ModelError
 
@@ -84,27 +85,26 @@ class StoredModel:
             return domains.Verdict(True, "", "")
         return domains.check(self.domain, problem)
 
-    def extrapolates(self, problem: Any) -> tuple[bool, str]:
-        """Whether to answer ``problem`` although it is outside the training data: where
-        ``convsel fit`` measured that this model, fitted without a family of shapes, still did
-        at least as well as ACL's rules on it. ``problem``'s own families decide (every one
-        must have been measured and passed); a shape of no measured family, or of a family
-        absent from the training data, needs every measured family to have passed."""
+    def extrapolates(self, problem: Any, outside: domains.Verdict | None = None,
+                     ) -> tuple[bool, str]:
+        """Whether to answer ``problem`` although it is outside the training data
+        (``outside``: :meth:`inside`'s verdict), from what ``convsel fit`` measured of this
+        model fitted without each family of shapes (:mod:`convsel.learn.trust` says how)."""
         measured = dict(self.meta.get("extrapolation") or {})
         if not measured:
             return False, "fit measured no extrapolation for it"
-        mine = [f for f in domains.families_of(problem) if f in measured]
-        judged = mine if mine and len(mine) == len(domains.families_of(problem)) \
-            else list(measured)
-        failed = [f for f in judged if not measured[f]["trusted"]]
+        rule = outside.rule if outside is not None else ""
+        judged = trust.judged_families(domains.families_of(problem), rule, measured)
+        mine, theirs = trust.pooled([measured[f] for f in judged])
         figures = ", ".join(f"{f} {_g(measured[f]['model'])} vs ACL's {_g(measured[f]['rules'])}"
-                            for f in (failed or judged))
-        scope = "its kind of shape" if judged is mine else "every kind of shape fit held out"
-        if failed:
+                            for f in judged)
+        pooled = (f"pooled {mine[0]:.3f} vs {theirs[0]:.3f}, worst {mine[1]:.2f}x vs "
+                  f"{theirs[1]:.2f}x")
+        if not trust.trusted([measured[f] for f in judged]):
             return False, (f"fitted without them, this device's models did worse than ACL's "
-                           f"rules on {', '.join(failed)} ({figures})")
-        return True, (f"fitted without it, this device's models did at least as well as ACL's "
-                      f"rules on {scope} ({figures})")
+                           f"rules on {', '.join(judged)} ({figures}; {pooled})")
+        return True, (f"fitted without them, this device's models did at least as well as "
+                      f"ACL's rules on {', '.join(judged)} ({figures}; {pooled})")
 
     @property
     def accepted(self) -> bool:

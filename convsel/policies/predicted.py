@@ -151,7 +151,7 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
     if abstain:
         verdict = model.inside(problem)
         if not verdict.inside:
-            trusted, reason = model.extrapolates(problem)
+            trusted, reason = model.extrapolates(problem, verdict)
             where = (f"this shape is outside what model {model.id} was trained on "
                      f"({verdict.rule}: {verdict.reason})")
             if not trusted:
