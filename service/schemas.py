@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from convsel import algorithms, backends
+from convsel import algorithms, backends, learn
 from convsel.activation import KINDS
 from convsel.layouts import WEIGHTS_LAYOUTS
 from convsel.policies import POLICIES, POLICY_OPTIONS
@@ -188,6 +188,7 @@ RunnableProblemIn = create_model(  # type: ignore[call-overload]
 
 Policy = _enum(POLICIES)
 Backend = _enum(backends.BACKENDS)
+ModelFamily = _enum(learn.model_families())
 MAX_BACKENDS = 8   # entries of a backend list: more than any host has backends and devices
 _BACKEND_LIST_DOC = (f"one backend ({', '.join(backends.BACKENDS)}; opencl:1 names a device "
                      "by index, as GET /v1/backends lists them), several in order of "

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from ..tuning.db import TuningDB
 
 
+def model_families() -> tuple[str, ...]:
+    """The names of every model family ``fit`` can compare (whether or not its learner is
+    installed here): what the CLI's ``--family`` and the service's ``families`` accept."""
+    from .models import FAMILIES
+
+    return tuple(FAMILIES)
+
+
 def fit_and_store(db: TuningDB, backend: str, device: Mapping[str, str], *,
                   newest: int | None = None, families: Sequence[str] | None = None,
                   **options: Any) -> dict[str, Any]:

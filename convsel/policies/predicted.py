@@ -78,8 +78,12 @@ def load_stored(backend: str, device: Any, db: Any) -> tuple[StoredModel | None,
     key = model_key(backend, ident)
     try:
         database = open_db(db, create=False)   # a lookup never makes a store
+        # the model's own row is all it reads: timings recorded since (every upload, under
+        # a fleet's load) leave it in place, a refit of this device replaces it
         return cache.cached(database, ("model", *sorted(key.items())),
-                            lambda: _read_model(database, key, backend, ident))
+                            lambda: _read_model(database, key, backend, ident),
+                            scope=("models", key["backend"], key["vendor"], key["device"],
+                                   key["driver"]))
     except (TuningDatabaseError, ConvselError, ImportError, OSError) as exc:
         # the shipped layer beneath answers even without the user's store
         return _read_model(None, key, backend, ident, f"tuning database unavailable ({exc})")

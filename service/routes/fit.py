@@ -10,19 +10,21 @@ at once, the fit runs in a worker process (:mod:`service.fit_jobs`, shared with
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
+from convsel import learn
+
 from ..auth import TOKEN
 from ..convert import json_body, validate_body
 from ..errors import responses
 from ..fit_jobs import FitJobStarted, start_job
 from ..fitted import model_in_use, where
-from ..schemas import MAX_NAME, Backend, integral
+from ..schemas import MAX_NAME, Backend, ModelFamily, integral
 from ..state import StateDep, state_of
 
 MAX_ENTRIES = 20000
@@ -37,9 +39,9 @@ class FitRequest(BaseModel):
         None, description="default: the server's")
     device: str | None = Field(None, max_length=MAX_NAME,
                                description="OpenCL device; default: the server's")
-    families: list[Literal["roofline", "gbt"]] | None = Field(
-        None, max_length=2, description="model families to compare (default: every "
-        "installed one)")
+    families: list[ModelFamily] | None = Field(  # type: ignore[valid-type]
+        None, max_length=len(learn.model_families()),
+        description="model families to compare (default: every installed one)")
     max_entries: Annotated[StrictInt, BeforeValidator(integral)] = Field(
         MAX_ENTRIES, ge=8, le=MAX_ENTRIES,
                              description="fit on at most this many entries, newest first")

@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from convsel import TuningDatabaseError, arguments
+from convsel import TuningDatabaseError, arguments, learn
 from convsel.tuning import (
     Limits,
     TuningDB,
@@ -42,7 +42,7 @@ from ..convert import json_body, validate_body
 from ..errors import ConflictError, TooLargeError, error_body, responses
 from ..fit_jobs import FitJobOut, FitJobStarted, requester, start_job
 from ..limits import BodyRule
-from ..schemas import MAX_NAME, Backend, ErrorBody
+from ..schemas import MAX_NAME, Backend, ErrorBody, ModelFamily
 from ..state import ServiceState, StateDep, state_of
 from ..upload_schema import EntryIn
 
@@ -74,9 +74,9 @@ class FitJobIn(BaseModel):
         description="the device class's backend")
     device: str = Field(max_length=MAX_NAME, min_length=1,
                         description="the device class's name, as GET /v1/devices lists it")
-    families: list[Literal["roofline", "gbt"]] | None = Field(
-        None, max_length=2, description="model families to compare (default: every installed "
-        "one)")
+    families: list[ModelFamily] | None = Field(  # type: ignore[valid-type]
+        None, max_length=len(learn.model_families()),
+        description="model families to compare (default: every installed one)")
 
 
 class OutcomeOut(BaseModel):

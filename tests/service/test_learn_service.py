@@ -86,6 +86,18 @@ def test_fit_needs_the_token_when_one_is_set(db_path, monkeypatch):
         assert ok.json()["job"]["requester"].startswith("token:")
 
 
+def test_fit_accepts_every_model_family_and_names_an_unknown_one(db_path):
+    """The service's families are the library's (the analytic and combined families too),
+    and an unknown name is refused naming the field and the value."""
+    with client_for(tuning_db=db_path) as client:
+        job = finished(client, client.post("/v1/fit", json={"families": ["analytic"]}))
+        assert job["status"] == "done", job
+        assert job["result"]["family"] == "analytic", job["result"]
+        wrong = client.post("/v1/fit", json={"families": ["analytic", "nope"]})
+    assert wrong.status_code == 422, wrong.text
+    assert "families" in wrong.text and "nope" in wrong.text
+
+
 def test_fit_reports_too_little_data(tmp_path, monkeypatch):
     path = tmp_path / "empty.sqlite"
     TuningDB(path)

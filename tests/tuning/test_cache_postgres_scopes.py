@@ -210,3 +210,28 @@ def test_an_answer_for_a_named_class_follows_the_class_to_another_variant(postgr
                                    entry_of(B, "direct", "im2col_gemm", new)])
     assert eventually(lambda: named() == "im2col_gemm", CONNECT_S)
     db.close()
+
+
+def test_the_model_is_kept_across_timings_and_read_again_after_a_refit(postgres_url,
+                                                                        monkeypatch):
+    """The predicted policy's model depends on its own row only: another process's timings
+    leave it in place without a query, a model saved for the device is read again."""
+    from convsel.learn.stored import model_key
+    from convsel.policies.predicted import load_stored
+
+    db = TuningDB(postgres_url)
+    ident = device_identity("numpy")
+    key = model_key("numpy", ident)
+    db.save_model(key, "roofline", {"broken": True}, {})
+    heard = listener(db)
+    first = load_stored("numpy", None, db)
+    assert first[0] is None and "cannot be used" in first[1], first
+    sent = count_queries(db, monkeypatch)
+    notices = heard.notices
+    write_elsewhere(postgres_url, [entry_of(A, "direct", "im2col_gemm")])
+    assert eventually(lambda: heard.notices > notices, NOTICE_S), "no notice arrived"
+    assert load_stored("numpy", None, db) is first and sent == []
+    db.save_model(key, "gbt", {"also": "broken"}, {})
+    again = load_stored("numpy", None, db)
+    assert again is not first and len(sent) >= 1
+    db.close()
