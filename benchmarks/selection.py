@@ -45,8 +45,8 @@ def synthetic_seconds(p: ConvProblem, algorithm: str, params: dict[str, Any]) ->
 
 def tuning_db(path: str | Path, problems: list[ConvProblem]) -> None:
     """Entries for every other problem, and a model fitted on them."""
+    from convsel.learn.families import available_families
     from convsel.learn.fit import fit
-    from convsel.learn.models import available_families
     from convsel.learn.stored import model_key
     from convsel.tuning.db import TuningDB, TuningEntry
     from convsel.tuning.identity import device_identity

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..learn.models import FAMILIES
+from ..learn.families import FAMILIES
 from ..tuning.db import TuningDB
 from ..tuning.identity import device_identity
 from .tune_cmd import device_arg

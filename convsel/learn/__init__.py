@@ -3,7 +3,8 @@ machine's own timings in the tuning database.
 
 - :mod:`.features`: a candidate (problem, algorithm, variant) as numbers.
 - :mod:`.models`: the model families (roofline least squares, the analytic cost model of
-  :mod:`.analytic`, LightGBM trees, their combinations in :mod:`.combined`), stored as data.
+  :mod:`.analytic`, LightGBM trees, their combinations in :mod:`.combined`), stored as data;
+  :mod:`.families` names them.
 - :mod:`.fit`: fit from the database's timings, compare families by held-out regret and by
   leave-one-family-out extrapolation; keep one only if it beats ACL's rules.
 - :mod:`.domain` and :mod:`.trust`: what a model has seen, and whether what fit measured of
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def model_families() -> tuple[str, ...]:
     """The names of every model family ``fit`` can compare (whether or not its learner is
     installed here): what the CLI's ``--family`` and the service's ``families`` accept."""
-    from .models import FAMILIES
+    from .families import FAMILIES
 
     return tuple(FAMILIES)
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .features import FEATURE_NAMES
+from .models import ModelError
 
 _COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
@@ -146,8 +147,6 @@ class AnalyticModel:
 
     @classmethod
     def load(cls, data: dict[str, Any]) -> AnalyticModel:
-        from .models import ModelError
-
         coefficients = data.get("coefficients")
         if list(data.get("terms") or []) != list(TERMS):
             raise ModelError(f"analytic model: its terms are not this convsel's "

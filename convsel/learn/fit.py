@@ -46,8 +46,9 @@ from ..problem import ConvProblem
 from ..rules import Rules, as_rules
 from ..tuning.entry import IMPLEMENTATIONS_VERSION, TuningEntry, problem_key
 from .domain import SHAPE_FAMILIES, describe
+from .families import FAMILIES, available_families
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
-from .models import FAMILIES, Model, available_families
+from .models import Model
 from .trust import delivered, trusted
 
 FOLDS = 5

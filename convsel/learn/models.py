@@ -21,14 +21,13 @@ predicts it for new rows. The families:
     the two combined (:mod:`.combined`): their mean log time, or trees on the analytic
     model's residual.
 
-:data:`FAMILIES` is the one list; ``FAMILIES[name].fit(X, y, variants)`` returns a model,
-``FAMILIES[name].load(data)`` reads the stored form back.
+:data:`convsel.learn.families.FAMILIES` is the one list of them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -173,42 +172,3 @@ class GbtModel:
             raise ModelError(f"gbt model has {booster.num_feature()} features, this convsel "
                              f"computes {len(FEATURE_NAMES)}")
         return cls(text, booster)
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    fit: Callable[[np.ndarray, np.ndarray, Sequence[str]], Model]
-    load: Callable[[dict[str, Any]], Model]
-    needs: str = ""      # the optional package it needs, if any
-
-
-def _families() -> dict[str, Family]:
-    # the analytic and combined families import this module's ModelError and GbtModel
-    from .analytic import AnalyticModel
-    from .combined import BlendModel, HybridModel
-
-    return {
-        "roofline": Family("roofline", RooflineModel.fit, RooflineModel.load),
-        "analytic": Family("analytic", AnalyticModel.fit, AnalyticModel.load),
-        "gbt": Family("gbt", GbtModel.fit, GbtModel.load, needs="lightgbm"),
-        "analytic+gbt": Family("analytic+gbt", BlendModel.fit, BlendModel.load,
-                               needs="lightgbm"),
-        "hybrid": Family("hybrid", HybridModel.fit, HybridModel.load, needs="lightgbm"),
-    }
-
-
-FAMILIES: dict[str, Family] = _families()
-
-
-def available_families() -> list[str]:
-    """The families whose learner is installed here."""
-    out = []
-    for name, family in FAMILIES.items():
-        if family.needs:
-            try:
-                __import__(family.needs)
-            except ImportError:
-                continue
-        out.append(name)
-    return out

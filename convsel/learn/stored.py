@@ -18,8 +18,9 @@ import numpy as np
 
 from . import domain as domains
 from . import trust
+from .families import FAMILIES
 from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
-from .models import FAMILIES, Model, ModelError
+from .models import Model, ModelError
 
 
 def model_key(backend: str, ident: Mapping[str, str]) -> dict[str, str]:

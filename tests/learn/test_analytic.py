@@ -15,8 +15,9 @@ import pytest
 from convsel import ConvProblem
 from convsel.learn import domain
 from convsel.learn.analytic import TERMS, AnalyticModel, terms
+from convsel.learn.families import FAMILIES
 from convsel.learn.features import FEATURE_NAMES, candidate_features
-from convsel.learn.models import FAMILIES, ModelError
+from convsel.learn.models import ModelError
 from convsel.learn.stored import StoredModel
 from convsel.learn.trust import delivered
 
