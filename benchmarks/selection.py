@@ -43,8 +43,9 @@ def synthetic_seconds(p: ConvProblem, algorithm: str, params: dict[str, Any]) ->
     return (p.flops / 2e10 + 2e-5) * speed.get(algorithm, 2.0)
 
 
-def tuning_db(path: str | Path, problems: list[ConvProblem]) -> None:
-    """Entries for every other problem, and a model fitted on them."""
+def tuning_db(path: str | Path, problems: list[ConvProblem], family: str | None) -> str:
+    """Entries for every other problem, and a model of ``family`` (default: gbt where
+    LightGBM is installed, else roofline) fitted on them; returns the family."""
     from convsel.learn.families import available_families
     from convsel.learn.fit import fit
     from convsel.learn.stored import model_key
@@ -65,10 +66,11 @@ def tuning_db(path: str | Path, problems: list[ConvProblem]) -> None:
         entries.append(TuningEntry(problem=p, backend="numpy", device=ident, winner=winner,
                                    tie=tie, timings=timings))
     db.record_many(entries)
-    families = ["gbt"] if "gbt" in available_families() else ["roofline"]
-    result = fit(entries, families=families, device=ident)
+    family = family or ("gbt" if "gbt" in available_families() else "roofline")
+    result = fit(entries, families=[family], device=ident)
     db.save_model(model_key("numpy", ident), result.family, result.model.to_data(),
                   {**result.meta, "accepted": True})   # answer whatever the rules' score
+    return result.family
 
 
 def us_per_call(problems: list[ConvProblem], ask: Any, passes: int, *, fresh: bool) -> float:
@@ -127,6 +129,10 @@ def main() -> None:
     parser.add_argument("--db", default=None, metavar="URL",
                         help="a postgresql:// server to hold the tuning store (a scratch "
                              "database on it) instead of a temporary SQLite file")
+    parser.add_argument("--family", default=None,
+                        help="the model family the predicted policy answers from (default: "
+                             "gbt, or roofline without LightGBM); a new problem costs what "
+                             "the family's prediction costs")
     args = parser.parse_args()
     layers, _ = load_layers()
     problems = [x.problem for x in distinct(layers)]
@@ -141,7 +147,8 @@ def main() -> None:
                             fresh=False)
         rows.append({"call": f"select(target={target})", "new_us": new, "repeated_us": again})
     with scratch_store(args.db) as db:
-        tuning_db(db, problems)
+        family = tuning_db(db, problems, args.family)
+        print(f"model family: {family}")
         for policy in ("acl", "measured", "predicted"):
             options = {} if policy == "acl" else {"db": db}
             choose(problems[0], "cpu", policy=policy, **options)   # load once, untimed
@@ -159,8 +166,9 @@ def main() -> None:
         print(f"{row['call']:<34} {row['new_us']:>12.1f} {row['repeated_us']:>10.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     store = "sqlite" if args.db is None else "postgresql"
-    args.out.write_text(json.dumps({"problems": len(problems), "passes": args.passes,
-                                    "store": store, "rows": rows}, indent=2) + "\n")
+    record = {"problems": len(problems), "passes": args.passes, "store": store,
+              "family": family, "rows": rows}
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 
