@@ -63,6 +63,15 @@ MMA_FREE = False
 # The output tile through local memory, stored in 16-byte runs (STAGE_OUT), where it fits in
 # the local memory the stages take; else (and for split-K partials) from the fragments.
 STAGE_OUT = True
+# Specialised builds (SPECIALISE): a 1x1 kernel without padding checks only rows past M, not
+# each unit's pixel (NO_BOUNDS), and C a multiple of a slice's channels drops the channel check
+# (C_WHOLE): fewer integer instructions per copy beside the mma. A knob for the ablation.
+SPECIALISE = True
+# cp.async: the k-step of the current slice after which the next slice's copies are issued
+# (0: before the first, as in v5). Right after the barrier all warps compute copy addresses
+# at once while the tensor cores idle; issuing after a k-step of mma overlaps the two.
+# A knob for the ablation (clamped to the slice's last k-step).
+ISSUE_AT = 0
 # Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
 # mma.sync, to see which part bounds a layer's time.
@@ -264,11 +273,28 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}",
                 f"-DSTAGE_OUT={int(STAGE_OUT)}"]
     options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
+    options += specialisations(p, config)
     options += ["-DMMA_FREE"] if MMA_FREE else []
     options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
     options += ["-DMMA_EMULATE"] if emulate else []
     if MAX_REGISTERS is not None and not emulate:
         options.append(f"-cl-nv-maxrregcount={MAX_REGISTERS}")
+    return options
+
+
+def specialisations(p: ConvProblem, config: MmaConfig) -> list[str]:
+    """The build options that drop checks this problem cannot fail (SPECIALISE), and where
+    cp.async issues the next slice's copies (ISSUE_AT)."""
+    options = []
+    if SPECIALISE and not config.flat:
+        if p.kh == 1 and p.kw == 1 and not any(p.pad):
+            options.append("-DNO_BOUNDS")
+        if p.c % (config.slice_words * elements_per_word(config.math)) == 0:
+            options.append("-DC_WHOLE")
+    ksteps = config.slice_words // 8 // config.warps_k
+    issue_at = min(ISSUE_AT, ksteps - 1)
+    if config.load == "async" and issue_at > 0 and not FRAG2:
+        options.append(f"-DISSUE_AT={issue_at}")
     return options
 
 

@@ -419,6 +419,36 @@ def test_cp_async_emulated(rt):
     assert not refused.ok and "16 bytes" in refused.reason
 
 
+# 1x1 (rows past M only: NO_BOUNDS) and C whole slices (C_WHOLE), M with a tail; a padded,
+# strided 3x3 (bounds kept; C_WHOLE only where C is whole slices)
+SPECIALISED = [ConvProblem(2, 5, 7, 64, 24, 1, 1, fast_math=True),
+               ConvProblem(1, 7, 6, 32, 16, 3, 3, stride=2, pad=(1, 0, 0, 1), fast_math=True)]
+
+
+@pytest.mark.parametrize("issue_at", [1, 3])
+def test_specialised_builds_and_copies_issued_mid_slice_emulated(rt, monkeypatch, issue_at):
+    """SPECIALISE drops the checks a problem cannot fail, ISSUE_AT issues the next slice's
+    copies after that many k-steps (clamped to the slice's last): the same products, through
+    cp.async in 32- and 16-word slices and through registers (where ISSUE_AT does not apply)."""
+    monkeypatch.setattr(igm, "ISSUE_AT", issue_at)
+    for base in SPECIALISED:
+        for p in (base, base.replace(dtype="F16", fast_math=False)):
+            for extra in ({"mma": (32, 64, 1, 2), "load": "async", "slice": 32},
+                          {"mma": (64, 32, 2, 1), "load": "async", "slice": 16, "stages": 3},
+                          {"mma": (32, 32, 1, 1), "load": "registers", "slice": 16}):
+                params = {"math": _math(p), **extra}
+                config = igm.configure(p, params, rt, emulate=True)
+                options = igm.build_options(p, config, None, True)
+                assert ("-DNO_BOUNDS" in options) == (p.kh * p.kw == 1)
+                whole = p.c % (config.slice_words * igm.elements_per_word(config.math)) == 0
+                assert ("-DC_WHOLE" in options) == whole
+                ksteps = config.slice_words // 8
+                at = min(issue_at, ksteps - 1) if config.load == "async" else 0
+                assert (f"-DISSUE_AT={at}" in options) == (at > 0)
+                x, w, b, y, _ = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, config.splits)
+
+
 def test_split_k_and_stages_shape_the_launches(rt):
     p = EMULATED[0]
     _, _, _, _, kernel = _run(p, {"math": "tf32", "mma": (32, 64, 1, 2), "split": 3}, rt,
