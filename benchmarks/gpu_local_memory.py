@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     runtime = get_runtime(None)
-    lines = [f"{runtime.device.name}: CL_DEVICE_LOCAL_MEM_SIZE "
-             f"{runtime.device.local_mem_size} bytes"]
+    head = f"{runtime.device.name}: CL_DEVICE_LOCAL_MEM_SIZE {runtime.device.local_mem_size}"
+    lines = [head + " bytes"]
     for kib in SIZES_KIB:
         for dynamic in (True, False):
             how = "dynamic __local argument" if dynamic else "static __local array"
