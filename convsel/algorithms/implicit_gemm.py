@@ -108,7 +108,7 @@ def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
 # "tf32" (F32 data, only under fast math: TF32 keeps 10 fraction bits, ACL's and PyTorch's
 # "may reduce accuracy") or "f16" (F16 data, float accumulation); "mma" = (BM, BN, WARPS_M,
 # WARPS_N), the work-group's output tile and its warps (each warp a (BM/WARPS_M) x
-# (BN/WARPS_N) tile of 16x8 fragments); "slice" = 16 or 32 words of the reduction staged at a
+# (BN/WARPS_N) tile of 16x8 fragments); "slice" = 16, 32 or 64 words of the reduction staged at a
 # time; "load" = "async" (cp.async, global to local) or "registers"; "stages" = local buffers
 # (registers: 1 or 2; async: 2 to 4); "split" = split-K; "warps_k" = 1 or 2 warps sharing each
 # warp tile, each multiplying its share of every slice's k-steps (sliced K: their partial
@@ -142,11 +142,14 @@ MMA_FEW_GROUPS = 512
 # staged by registers, not offered where the same tile is offered by cp.async: its register
 # form lost to the cp.async one on every ResNet-50 layer in v5 (by 1.14-1.44x)
 MMA_REGISTER_TWINS_DROPPED: tuple[tuple[int, int, int, int], ...] = ((128, 64, 2, 2),)
-MMA_SLICES = (16, 32)
+MMA_SLICES = (16, 32, 64)
 MMA_WARPS_K = (1, 2)
 MMA_LOADS = ("async", "registers")
 MAX_MMA_VARIANTS = 5
-MMA_LOCAL_BYTES = 48 * 1024       # what OpenCL on NVIDIA gives a work-group
+# The most local memory a variant may name: NVIDIA's OpenCL reports 48 KiB per work-group but
+# builds static arrays of up to 200 KiB on the H100; the backend checks the device's own
+# limit (backends/opencl/implicit_gemm_mma.local_memory_limit, probed).
+MMA_LOCAL_BYTES = 192 * 1024
 
 
 def mma_stage_bytes(tile: Any, slice_words: int = 16) -> int:
@@ -174,7 +177,7 @@ def _mma_pipeline(params: Mapping[str, Any], resolved: dict[str, Any]) -> str | 
     """Check and resolve "slice", "load" and "stages"; why not, or None."""
     if params.get("slice") is not None:
         if int(params["slice"]) not in MMA_SLICES:
-            return f"slice must be 16 or 32 words, got {params['slice']!r}"
+            return f"slice must be 16, 32 or 64 words, got {params['slice']!r}"
         resolved["slice"] = int(params["slice"])
     if params.get("load") is not None:
         if params["load"] not in MMA_LOADS:

@@ -12,6 +12,7 @@ without tensor cores; no policy reaches it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,13 @@ MAX_REGISTERS: int | None = None
 # and its past-M marker -2^14 need maps, padding and kernel extents below 2^14.
 MAX_EXTENT = 1 << 14
 ALGORITHM = "implicit_gemm"
+# Local memory per work-group beyond what the device reports, tried largest first on a device
+# with tensor cores (NVIDIA: 48 KiB reported, static arrays of up to 200 KiB built and ran on
+# the H100; an A100 allows 163 KiB per block in CUDA), each built, run and checked.
+LARGE_LOCAL_KIB = (192, 160, 128, 96, 64)
+THREADS_PROBE = 256
+_LOCAL_LIMITS: dict[tuple[int, str], int] = {}
+_LOCAL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,48 @@ class MmaConfig:
         """Partial sums each output adds up at the end (split-K times sliced K): the error
         bound's count of them."""
         return self.splits * self.warps_k
+
+
+def local_memory_limit(runtime: Runtime) -> int:
+    """Bytes of local memory one work-group of this kernel may declare: the device's
+    CL_DEVICE_LOCAL_MEM_SIZE, or on a device with tensor cores the largest of
+    :data:`LARGE_LOCAL_KIB` that a static ``__local`` array was built, run and read back
+    correctly with (kernels/local_memory_probe.cl), probed once per device. NVIDIA's OpenCL
+    reports 48 KiB, as CUDA's default without its opt-in, yet builds larger static arrays."""
+    reported = int(runtime.device.local_mem_size)
+    key = (int(runtime.device.int_ptr), runtime.identity["driver"])
+    with _LOCAL_LOCK:
+        known = _LOCAL_LIMITS.get(key)
+    if known is not None:
+        return known
+    limit = reported
+    if tensor_cores(runtime).ok:
+        for kib in LARGE_LOCAL_KIB:
+            if kib * 1024 > reported and _static_local_runs(runtime, kib * 1024):
+                limit = kib * 1024
+                break
+    with _LOCAL_LOCK:
+        _LOCAL_LIMITS[key] = limit
+    return limit
+
+
+def _static_local_runs(runtime: Runtime, size: int) -> bool:
+    words = size // 4
+    try:
+        program = runtime.program(prog.kernel_source("local_memory_probe"),
+                                  (f"-DLOCAL_BYTES={size}",))
+        out = cl.Buffer(runtime.context, cl.mem_flags.WRITE_ONLY, THREADS_PROBE * 4)
+        kernel = cl.Kernel(program, "local_memory_probe")
+        kernel.set_args(out)
+        cl.enqueue_nd_range_kernel(runtime.queue, kernel, (THREADS_PROBE,),
+                                   (THREADS_PROBE,))
+        got = np.empty(THREADS_PROBE, np.uint32)
+        cl.enqueue_copy(runtime.queue, got, out, is_blocking=True)
+    except Exception:  # noqa: BLE001 - a build or launch failure is the answer: not allowed
+        return False
+    read = [np.arange(t, words, THREADS_PROBE, dtype=np.uint64) for t in range(THREADS_PROBE)]
+    want = np.array([np.sum((words - 1 - r) * 3 + 1) % (1 << 32) for r in read], np.uint32)
+    return bool(np.array_equal(got, want))
 
 
 def elements_per_word(math_mode: str) -> int:
@@ -155,17 +205,37 @@ def least_padding_slices(reduction: int, per_word: int) -> list[int]:
     return sorted(sorted(MMA_SLICES, reverse=True), key=padded)
 
 
+# The slices and cp.async stages the backend picks where a variant names none: 64-word slices
+# (128 halves) only when named (they pad a 64-channel tap to twice its size); 3 stages, which
+# with more than 48 KiB of local memory (local_memory_limit) keep 32-word slices on the
+# 128x128 tile and a second slice in flight on 128x64, and still let 3 work-groups of 128x64
+# (72 KiB each) share an H100 SM's 228 KiB.
+DEFAULT_SLICES = (32, 16)
+DEFAULT_ASYNC_STAGES = 3
+# Measured per tile (benchmarks/NOTES-gpu.md, v6): the cp.async (slice words, stages) of a
+# variant that names neither, where local memory holds them and the slice is no wider than a
+# tap's channels; other tiles, and devices with less local memory, take pipeline()'s rule.
+ASYNC_PIPELINES: dict[MmaTile, tuple[int, int]] = {}
+
+
 def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,
-             widths: list[int] | None = None) -> tuple[int, str, int]:
+             widths: list[int] | None = None, channels: int | None = None,
+             per_word: int = 1) -> tuple[int, str, int]:
     """(slice words, load, stages): what ``params`` name, the rest chosen: registers unless
-    cp.async is named, the first of ``widths`` (default: the widest slice) that still leaves
-    two stages, and as many stages as local memory holds (registers 2, cp.async up to 4).
-    Wide slices first: on the H100 cp.async in 32-word slices with 2 stages beat 16-word
-    slices with 4 by 9-40% (half the barriers per mma; benchmarks/NOTES-gpu.md, v5)."""
+    cp.async is named, the first of ``widths`` (default: :data:`DEFAULT_SLICES`) that still
+    leaves two stages, and as many stages as local memory holds (registers 2, cp.async up to
+    :data:`DEFAULT_ASYNC_STAGES`). Wide slices first: on the H100 cp.async in 32-word slices
+    with 2 stages beat 16-word slices with 4 by 9-40% (half the barriers per mma;
+    benchmarks/NOTES-gpu.md, v5)."""
     load = params.get("load") or "registers"
-    most = 4 if load == "async" else 2
+    most = DEFAULT_ASYNC_STAGES if load == "async" else 2
     named = params.get("slice")
-    widths = widths or sorted(MMA_SLICES, reverse=True)
+    measured = ASYNC_PIPELINES.get(tuple(tile))  # type: ignore[arg-type]
+    if (load == "async" and measured and not named and not params.get("stages")
+            and measured[1] * mma_stage_bytes(tile, measured[0]) <= limit
+            and (channels is None or measured[0] * per_word <= channels)):
+        return measured[0], "async", measured[1]
+    widths = widths or list(DEFAULT_SLICES)
     for slice_words in [int(named)] if named else widths:
         fit = limit // mma_stage_bytes(tile, slice_words)
         stages = int(params.get("stages") or max(1, min(most, fit)))
@@ -199,8 +269,12 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
                                algorithm=ALGORITHM, backend="opencl")
     unit = 4 if not flat and p.c % (4 * per_word) == 0 else 1
     widths = least_padding_slices(reduction, per_word) if flat else None
-    slice_words, load, stages = pipeline(tile, resolved, int(runtime.device.local_mem_size),
-                                         widths)
+    slice_words, load, stages = pipeline(tile, resolved, local_memory_limit(runtime),
+                                         widths, None if flat else p.c, per_word)
+    if slice_words == 64 and not LDMATRIX:
+        raise UnsupportedError("slice 64 swizzles 16-byte chunks for ldmatrix; the pair loads "
+                               "(LDMATRIX off) know 16 and 32", algorithm=ALGORITHM,
+                               backend="opencl")
     if load == "async" and unit != 4:
         raise UnsupportedError(f"load 'async' copies 16 bytes: C={p.c} is not a multiple of "
                                f"{4 * per_word}", algorithm=ALGORITHM, backend="opencl")
@@ -241,10 +315,10 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
     if config.threads > runtime.max_work_group:
         return failed(f"mma {config.tile} needs {config.threads} work-items per group; the "
                       f"device allows {runtime.max_work_group}")
-    if config.local_bytes > int(runtime.device.local_mem_size):
+    if config.local_bytes > local_memory_limit(runtime):
         return failed(f"mma {config.tile} with {config.stages} stage(s) needs "
                       f"{config.local_bytes} bytes of local memory; the device has "
-                      f"{int(runtime.device.local_mem_size)}")
+                      f"{local_memory_limit(runtime)} for a work-group")
     return plan_verdict(p, _plan(p, config), runtime)
 
 

@@ -145,10 +145,10 @@
 #if LDSM
 #if SW == 16
 #define SWZ(r) (((r) >> 1) & 3)              // 64-byte rows: two rows per 128-byte bank line
-#elif SW == 32
-#define SWZ(r) ((r) & 7)                     // 128-byte rows
+#elif SW == 32 || SW == 64
+#define SWZ(r) ((r) & 7)                     // 128-byte rows (256: each half as one)
 #else
-#error "SW must be 16 or 32 words"
+#error "SW must be 16, 32 or 64 words"
 #endif
 #define WORD_AT(r, w) ((r) * SW + ((((w) >> 2) ^ SWZ(r)) << 2) + ((w) & 3))
 #else
@@ -157,7 +157,7 @@
 #elif SW == 32
 #define SWZ(r) (((r) & 3) << 2)
 #else
-#error "SW must be 16 or 32 words"
+#error "SW must be 16 or 32 words (64: ldmatrix only)"
 #endif
 #define WORD_AT(r, w) ((r) * SW + (((((w) >> 1) ^ SWZ(r))) << 1) + ((w) & 1))
 #endif
