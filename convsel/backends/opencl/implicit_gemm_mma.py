@@ -205,17 +205,22 @@ def least_padding_slices(reduction: int, per_word: int) -> list[int]:
     return sorted(sorted(MMA_SLICES, reverse=True), key=padded)
 
 
-# The slices and cp.async stages the backend picks where a variant names none: 64-word slices
-# (128 halves) only when named (they pad a 64-channel tap to twice its size); 3 stages, which
-# with more than 48 KiB of local memory (local_memory_limit) keep 32-word slices on the
-# 128x128 tile and a second slice in flight on 128x64, and still let 3 work-groups of 128x64
-# (72 KiB each) share an H100 SM's 228 KiB.
+# The slices and cp.async stages the backend picks where a variant names none (and its tile
+# is not in ASYNC_PIPELINES): 64-word slices (128 halves) only when named (they pad a
+# 64-channel tap to twice its size; on the H100 they lost 7-20% in geomean even where C is
+# whole slices); up to 4 cp.async stages, as in v5.
 DEFAULT_SLICES = (32, 16)
-DEFAULT_ASYNC_STAGES = 3
-# Measured per tile (benchmarks/NOTES-gpu.md, v6): the cp.async (slice words, stages) of a
-# variant that names neither, where local memory holds them and the slice is no wider than a
-# tap's channels; other tiles, and devices with less local memory, take pipeline()'s rule.
-ASYNC_PIPELINES: dict[MmaTile, tuple[int, int]] = {}
+DEFAULT_ASYNC_STAGES = 4
+# Measured per tile on the H100 (benchmarks/NOTES-gpu.md, v6 run 2; ResNet-50 b32, 6 layers x
+# TF32/F16, geomean ms): the cp.async (slice words, stages) of a variant that names neither,
+# where local memory holds them (more than 48 KiB: local_memory_limit) and the slice is no
+# wider than a tap's channels; other tiles, and devices with less, take pipeline()'s rule.
+# 128x64: 32w 2 stages (0.0484) over 3 (0.0524), 4 (0.0509) and 64w 2 (0.0581): deeper
+# pipelines lost. 128x128: 32w 2 (0.0506, 64 KiB) over v5's 16w 3 (0.0518) and 32w 3 (0.0509).
+# 64x64: 32w 4 (0.0510, 64 KiB) over v5's 32w 3 (0.0524) and 64w 2 (0.0560).
+ASYNC_PIPELINES: dict[MmaTile, tuple[int, int]] = {
+    (128, 64, 2, 2): (32, 2), (128, 128, 2, 2): (32, 2), (64, 64, 2, 2): (32, 4),
+}
 
 
 def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,

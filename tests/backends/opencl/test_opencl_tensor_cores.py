@@ -466,14 +466,21 @@ def test_64_word_slices_and_deep_pipelines_emulated(rt, load):
 
 
 def test_local_memory_beyond_the_reported_size_only_where_probed(rt, monkeypatch):
-    """Without tensor cores the limit is the device's reported local memory; the backend's
-    default cp.async pipeline then keeps 32-word slices in 3 stages where that fits."""
+    """Without tensor cores the limit is the device's reported local memory. The measured
+    pipelines (ASYNC_PIPELINES) apply where local memory holds them and the slice is no
+    wider than a tap; else, and for other tiles, the widest slice leaving 2 stages, up to 4."""
     if not mma.tensor_cores(rt).ok:
         assert igm.local_memory_limit(rt) == int(rt.device.local_mem_size)
-    limit = 3 * 192 * 32 * 4
-    assert igm.pipeline((128, 64, 2, 2), {"load": "async"}, limit) == (32, "async", 3)
-    assert igm.pipeline((128, 64, 2, 2), {"load": "async"}, 48 * 1024) == (32, "async", 2)
-    assert igm.pipeline((128, 128, 2, 2), {"load": "async"}, 48 * 1024) == (16, "async", 3)
+    big, small = 192 * 1024, 48 * 1024
+    monkeypatch.setattr(igm, "ASYNC_PIPELINES", {(128, 128, 2, 2): (32, 2)})
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async"}, big) == (32, "async", 2)
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async"}, small) == (16, "async", 3)
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async"}, big, channels=16,
+                        per_word=2) == (32, "async", 4)       # 64 halves per slice > C = 16
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async", "stages": 3}, big) == \
+        (32, "async", 3)
+    assert igm.pipeline((128, 64, 2, 2), {"load": "async"}, big) == (32, "async", 4)
+    assert igm.pipeline((128, 64, 2, 2), {"load": "async"}, small) == (32, "async", 2)
     monkeypatch.setattr(igm, "LDMATRIX", False)
     refused = igm.supports(EMULATED[0], {"math": "tf32", "slice": 64}, rt, emulate=True)
     assert not refused.ok and "slice 64" in refused.reason
