@@ -374,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         meta["ablation"] = ablation(torch, runtime, rules, args)
         if args.ablation == "epilogue":
             meta["adopted"] = adopt_stage_out(meta["ablation"])
+        if args.ablation == "v6":
+            meta["adopted"] = adopt_v6(meta["ablation"])
+        if args.ablation == "stages":
+            meta["adopted"] = adopt_stages(meta["ablation"])
     if args.diagnose and mma.tensor_cores(runtime).ok:
         meta["diagnosis"] = diagnose(torch, runtime, args)
     out = args.out or ROOT / "benchmarks" / "results" / "gpu.json"
@@ -535,8 +539,42 @@ EPILOGUE_STEPS = (
 )
 EPILOGUE_LAYERS = ("layer1.{0,1,2}.conv3", "layer2.{0..3}.conv3", "layer3.{1..5}.conv2",
                    "layer4.0.downsample")
+# v6: specialised builds (SPECIALISE: NO_BOUNDS for 1x1, C_WHOLE), the next slice's copies
+# issued after the first k-steps (ISSUE_AT), and split-K 2 on the few-work-group layers; the run
+# then goes on with the SPECIALISE and ISSUE_AT that were fastest in geometric mean on 128x64
+# (meta["adopted"])
+V5_BUILD = {"SPECIALISE": False, "ISSUE_AT": 0}
+SPEC = {"SPECIALISE": True, "ISSUE_AT": 0}
+ASYNC = {"load": "async"}
+V6_STEPS = (
+    ("async (v5)", ASYNC, V5_BUILD),
+    ("async +spec", ASYNC, SPEC),
+    ("async +spec +issue@1", ASYNC, {**SPEC, "ISSUE_AT": 1}),
+    ("async +spec +issue@2", ASYNC, {**SPEC, "ISSUE_AT": 2}),
+    ("async +spec split 2", {**ASYNC, "split": 2}, SPEC),
+    ("64x64 async (v5)", {**ASYNC, "mma": (64, 64, 2, 2)}, V5_BUILD),
+    ("64x64 async +spec +issue@1", {**ASYNC, "mma": (64, 64, 2, 2)}, {**SPEC, "ISSUE_AT": 1}),
+    ("64x64 async +spec split 2", {**ASYNC, "mma": (64, 64, 2, 2), "split": 2}, SPEC),
+    ("128x128 async (v5)", {**ASYNC, "mma": (128, 128, 2, 2)}, V5_BUILD),
+    ("128x128 async +spec +issue@1", {**ASYNC, "mma": (128, 128, 2, 2)},
+     {**SPEC, "ISSUE_AT": 1}),
+)
+V6_LAYERS = ("layer1.{0,1,2}.conv2", "layer3.{1..5}.conv2", "layer3.{1..5}.conv1",
+             "layer4.0.downsample", "layer2.{0..3}.conv3", "layer3.0.conv1")
+# v6 (2): slices and cp.async stages now that a work-group may declare more than 48 KiB of
+# local memory (implicit_gemm_mma.local_memory_limit); the run then goes on with each tile's
+# fastest (slice, stages) in geometric mean (meta["adopted"], implicit_gemm_mma.ASYNC_PIPELINES)
+STAGE_CHOICES = {(128, 64, 2, 2): ((32, 2), (32, 3), (32, 4), (64, 2)),
+                 (128, 128, 2, 2): ((16, 3), (32, 2), (32, 3)),
+                 (64, 64, 2, 2): ((32, 3), (32, 4), (64, 2))}
+STAGES_STEPS = tuple(
+    (f"{'x'.join(map(str, tile))} {sw}w {st}st",
+     {"load": "async", "mma": tile, "slice": sw, "stages": st}, {})
+    for tile, choices in STAGE_CHOICES.items() for sw, st in choices)
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
-             "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS)}
+             "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
+             "v6": (V6_STEPS, V6_LAYERS),
+             "stages": (STAGES_STEPS, V6_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
@@ -649,6 +687,62 @@ def adopt_stage_out(rows: list[dict[str, Any]]) -> dict[str, Any]:
           f"running with STAGE_OUT={igm.STAGE_OUT}", flush=True)
     return {"STAGE_OUT": igm.STAGE_OUT, "staged_over_fragment_geomean": ratio,
             "pairs": len(pairs)}
+
+
+def adopt_v6(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """After the "v6" ablation: SPECIALISE and ISSUE_AT for the rest of the run, the 128x64
+    steps' geometric mean of kernel times over the (layer, math) pairs where all ran correctly
+    deciding (SPECIALISE against v5's build, then ISSUE_AT 0, 1 or 2 with it)."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    steps = {"v5": "async (v5)", 0: "async +spec", 1: "async +spec +issue@1",
+             2: "async +spec +issue@2"}
+    times: dict[tuple[str, str], dict[Any, float]] = {}
+    for r in rows:
+        for key, step in steps.items():
+            if r["step"] == step and r.get("correct") and r.get("kernel_s"):
+                times.setdefault((r["layer"], r["math"]), {})[key] = r["kernel_s"]
+    whole = [t for t in times.values() if len(t) == len(steps)]
+    if not whole:
+        return {"SPECIALISE": igm.SPECIALISE, "ISSUE_AT": igm.ISSUE_AT,
+                "why": "no layer ran every step"}
+    means = {key: math.exp(sum(math.log(t[key]) for t in whole) / len(whole)) for key in steps}
+    igm.SPECIALISE = means[0] < means["v5"]
+    issue = min((0, 1, 2), key=lambda k: means[k])
+    igm.ISSUE_AT = issue
+    print(f"v6: geomean ms over {len(whole)} pairs "
+          + ", ".join(f"{steps[k]} {v * 1e3:.4f}" for k, v in means.items())
+          + f": running with SPECIALISE={igm.SPECIALISE} ISSUE_AT={igm.ISSUE_AT}", flush=True)
+    return {"SPECIALISE": igm.SPECIALISE, "ISSUE_AT": igm.ISSUE_AT,
+            "geomean_ms": {str(k): v * 1e3 for k, v in means.items()}, "pairs": len(whole)}
+
+
+def adopt_stages(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """After the "stages" ablation: each tile's cp.async (slice, stages) of the lowest
+    geometric mean of kernel times over the (layer, math) pairs where all its choices ran
+    correctly, for the rest of the run (implicit_gemm_mma.ASYNC_PIPELINES)."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    adopted: dict[str, Any] = {}
+    for tile, choices in STAGE_CHOICES.items():
+        names = {f"{'x'.join(map(str, tile))} {sw}w {st}st": (sw, st) for sw, st in choices}
+        times: dict[tuple[str, str], dict[tuple[int, int], float]] = {}
+        for r in rows:
+            if r["step"] in names and r.get("correct") and r.get("kernel_s"):
+                times.setdefault((r["layer"], r["math"]), {})[names[r["step"]]] = r["kernel_s"]
+        whole = [t for t in times.values() if len(t) == len(choices)]
+        if not whole:
+            continue
+        means = {c: math.exp(sum(math.log(t[c]) for t in whole) / len(whole)) for c in choices}
+        best = min(means, key=lambda c: means[c])
+        igm.ASYNC_PIPELINES[tile] = best
+        key = "x".join(map(str, tile))
+        adopted[key] = {"slice_stages": best, "pairs": len(whole),
+                        "geomean_ms": {f"{c[0]}w {c[1]}st": v * 1e3 for c, v in means.items()}}
+        print(f"stages: {key}: " + ", ".join(f"{c[0]}w {c[1]}st {v * 1e3:.4f}"
+                                             for c, v in means.items())
+              + f" ms over {len(whole)} pairs: running with {best[0]}w {best[1]}st", flush=True)
+    return adopted
 
 
 def write(out: Path, meta: dict, rows: list, left: list, started: float) -> None:

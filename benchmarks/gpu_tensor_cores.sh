@@ -1,7 +1,8 @@
 #!/bin/bash
 # One device-machine call for the tensor-core work (issue 27): the probe, the registers and
 # spills of the kernel's builds (benchmarks/gpu_mma_registers.py), the tensor-core tests
-# (native on the GPU, with their log), the mma.sync ceiling and benchmarks/gpu.py, each step
+# (native on the GPU, with their log), whether a work-group gets more than 48 KiB of local
+# memory (benchmarks/gpu_local_memory.py), the mma.sync ceiling and benchmarks/gpu.py, each step
 # with its own time limit so that one failing step still leaves the others' output.
 #
 #   [REGISTERS_S=40] bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] \
@@ -51,6 +52,9 @@ cat "$out/tensor-core-tests-f32.log" "$out/tensor-core-tests-f16.log" \
 grep -v " ok$" "$out/tensor-core-tests.log" | tail -40
 echo "native checks within their bound: $(grep -c ' ok$' "$out/tensor-core-tests.log"), \
 beyond: $(grep -c ' FAIL$' "$out/tensor-core-tests.log")"
+
+echo "== local memory beyond the 48 KiB reported"
+timeout 60 python3 benchmarks/gpu_local_memory.py --out "$out/local-memory.txt" 2>&1 | tail -16
 
 echo "== benchmark"
 timeout "$bench_s" python3 benchmarks/gpu.py --out "$out/gpu.json" "$@" 2>&1 \

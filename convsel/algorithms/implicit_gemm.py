@@ -108,7 +108,7 @@ def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
 # "tf32" (F32 data, only under fast math: TF32 keeps 10 fraction bits, ACL's and PyTorch's
 # "may reduce accuracy") or "f16" (F16 data, float accumulation); "mma" = (BM, BN, WARPS_M,
 # WARPS_N), the work-group's output tile and its warps (each warp a (BM/WARPS_M) x
-# (BN/WARPS_N) tile of 16x8 fragments); "slice" = 16 or 32 words of the reduction staged at a
+# (BN/WARPS_N) tile of 16x8 fragments); "slice" = 16, 32 or 64 words of the reduction staged at a
 # time; "load" = "async" (cp.async, global to local) or "registers"; "stages" = local buffers
 # (registers: 1 or 2; async: 2 to 4); "split" = split-K; "warps_k" = 1 or 2 warps sharing each
 # warp tile, each multiplying its share of every slice's k-steps (sliced K: their partial
@@ -132,11 +132,24 @@ MMA_ASYNC_TILES: tuple[tuple[int, int, int, int], ...] = (
 # and those also offered staged by cp.async with sliced K (warps_k 2): it won 4 + 4 layers
 # with (64, 64, 2, 2) in run 2 (by 0-12%), none with (128, 64, 2, 2)
 MMA_SLICED_TILES: tuple[tuple[int, int, int, int], ...] = ((64, 64, 2, 2),)
-MMA_SLICES = (16, 32)
+# and those also offered by cp.async with split-K 2 where the tile alone makes few work-groups
+# (fewer than MMA_FEW_GROUPS, about 4 per SM of a 132-SM H100: one or two resident per SM
+# leave the mma latency unhidden) but not so few that the backend's own split-K (to about two
+# work-groups per SM) splits them anyway (below a quarter of it: one per SM), and the
+# reduction is long enough to halve (>= 1024)
+MMA_SPLIT_TILES: tuple[tuple[int, int, int, int], ...] = ((128, 64, 2, 2), (64, 64, 2, 2))
+MMA_FEW_GROUPS = 512
+# staged by registers, not offered where the same tile is offered by cp.async: its register
+# form lost to the cp.async one on every ResNet-50 layer in v5 (by 1.14-1.44x)
+MMA_REGISTER_TWINS_DROPPED: tuple[tuple[int, int, int, int], ...] = ((128, 64, 2, 2),)
+MMA_SLICES = (16, 32, 64)
 MMA_WARPS_K = (1, 2)
 MMA_LOADS = ("async", "registers")
 MAX_MMA_VARIANTS = 5
-MMA_LOCAL_BYTES = 48 * 1024       # what OpenCL on NVIDIA gives a work-group
+# The most local memory a variant may name: NVIDIA's OpenCL reports 48 KiB per work-group but
+# builds static arrays of up to 200 KiB on the H100; the backend checks the device's own
+# limit (backends/opencl/implicit_gemm_mma.local_memory_limit, probed).
+MMA_LOCAL_BYTES = 192 * 1024
 
 
 def mma_stage_bytes(tile: Any, slice_words: int = 16) -> int:
@@ -164,7 +177,7 @@ def _mma_pipeline(params: Mapping[str, Any], resolved: dict[str, Any]) -> str | 
     """Check and resolve "slice", "load" and "stages"; why not, or None."""
     if params.get("slice") is not None:
         if int(params["slice"]) not in MMA_SLICES:
-            return f"slice must be 16 or 32 words, got {params['slice']!r}"
+            return f"slice must be 16, 32 or 64 words, got {params['slice']!r}"
         resolved["slice"] = int(params["slice"])
     if params.get("load") is not None:
         if params["load"] not in MMA_LOADS:
@@ -242,11 +255,12 @@ def mma_supports(p: ConvProblem, params: Mapping[str, Any]) -> Verdict:
 
 
 def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
-    """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles, those of
-    :data:`MMA_ASYNC_TILES` once more staged by cp.async, and those of
-    :data:`MMA_SLICED_TILES` by cp.async with sliced K): TF32 for an F32 problem with
-    fast math, F16 for an F16 problem, none otherwise; the tiles whose work-group is not
-    mostly idle on this problem."""
+    """The tensor-core variants worth timing (at most :data:`MAX_MMA_VARIANTS` tiles staged by
+    registers, those of :data:`MMA_ASYNC_TILES` by cp.async instead where 16-byte copies fit C
+    (:data:`MMA_REGISTER_TWINS_DROPPED` then only so), those of :data:`MMA_SLICED_TILES` by
+    cp.async with sliced K, and those of :data:`MMA_SPLIT_TILES` by cp.async with split-K 2
+    where they make few work-groups): TF32 for an F32 problem with fast math, F16 for an F16
+    problem, none otherwise; the tiles whose work-group is not mostly idle on this problem."""
     math_mode = "f16" if p.dtype == "F16" else "tf32" if p.fast_math else None
     if math_mode is None or p.groups != 1:
         return []
@@ -256,13 +270,19 @@ def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
     # the pipeline is the backend's choice (registers unless "load" is named), and the tiles of
     # MMA_ASYNC_TILES once more staged by cp.async where 16-byte loads fit C (the backend
     # refuses it otherwise)
-    tc: list[dict[str, Any]] = [{"math": math_mode, "mma": t} for t in tiles]
     flat = p.kh * p.kw > 1 and p.c < 8          # one flat reduction, loaded word by word
-    if p.c % (4 * (2 if math_mode == "f16" else 1)) == 0 and not flat:
-        tc += [{"math": math_mode, "mma": t, "load": "async"} for t in tiles
-               if t in MMA_ASYNC_TILES]
-        tc += [{"math": math_mode, "mma": t, "load": "async", "warps_k": 2} for t in tiles
-               if t in MMA_SLICED_TILES]
+    if p.c % (4 * (2 if math_mode == "f16" else 1)) != 0 or flat:
+        return [{"math": math_mode, "mma": t} for t in tiles]
+    tc: list[dict[str, Any]] = [{"math": math_mode, "mma": t} for t in tiles
+                                if t not in MMA_REGISTER_TWINS_DROPPED]
+    tc += [{"math": math_mode, "mma": t, "load": "async"} for t in tiles
+           if t in MMA_ASYNC_TILES]
+    tc += [{"math": math_mode, "mma": t, "load": "async", "warps_k": 2} for t in tiles
+           if t in MMA_SLICED_TILES]
+    reduction = p.kh * p.kw * p.c
+    tc += [{"math": math_mode, "mma": t, "load": "async", "split": 2} for t in tiles
+           if t in MMA_SPLIT_TILES and reduction >= 1024
+           and MMA_FEW_GROUPS // 4 <= -(-m // t[0]) * -(-p.k // t[1]) < MMA_FEW_GROUPS]
     return tc
 
 

@@ -12,6 +12,7 @@ without tensor cores; no policy reaches it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,15 @@ MMA_FREE = False
 # The output tile through local memory, stored in 16-byte runs (STAGE_OUT), where it fits in
 # the local memory the stages take; else (and for split-K partials) from the fragments.
 STAGE_OUT = True
+# Specialised builds (SPECIALISE): a 1x1 kernel without padding checks only rows past M, not
+# each unit's pixel (NO_BOUNDS), and C a multiple of a slice's channels drops the channel check
+# (C_WHOLE): fewer integer instructions per copy beside the mma. A knob for the ablation.
+SPECIALISE = True
+# cp.async: the k-step of the current slice after which the next slice's copies are issued
+# (0: before the first, as in v5). Right after the barrier all warps compute copy addresses
+# at once while the tensor cores idle; issuing after a k-step of mma overlaps the two.
+# A knob for the ablation (clamped to the slice's last k-step).
+ISSUE_AT = 0
 # Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
 # mma.sync, to see which part bounds a layer's time.
@@ -75,6 +85,13 @@ MAX_REGISTERS: int | None = None
 # and its past-M marker -2^14 need maps, padding and kernel extents below 2^14.
 MAX_EXTENT = 1 << 14
 ALGORITHM = "implicit_gemm"
+# Local memory per work-group beyond what the device reports, tried largest first on a device
+# with tensor cores (NVIDIA: 48 KiB reported, static arrays of up to 200 KiB built and ran on
+# the H100; an A100 allows 163 KiB per block in CUDA), each built, run and checked.
+LARGE_LOCAL_KIB = (192, 160, 128, 96, 64)
+THREADS_PROBE = 256
+_LOCAL_LIMITS: dict[tuple[int, str], int] = {}
+_LOCAL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -107,6 +124,48 @@ class MmaConfig:
         """Partial sums each output adds up at the end (split-K times sliced K): the error
         bound's count of them."""
         return self.splits * self.warps_k
+
+
+def local_memory_limit(runtime: Runtime) -> int:
+    """Bytes of local memory one work-group of this kernel may declare: the device's
+    CL_DEVICE_LOCAL_MEM_SIZE, or on a device with tensor cores the largest of
+    :data:`LARGE_LOCAL_KIB` that a static ``__local`` array was built, run and read back
+    correctly with (kernels/local_memory_probe.cl), probed once per device. NVIDIA's OpenCL
+    reports 48 KiB, as CUDA's default without its opt-in, yet builds larger static arrays."""
+    reported = int(runtime.device.local_mem_size)
+    key = (int(runtime.device.int_ptr), runtime.identity["driver"])
+    with _LOCAL_LOCK:
+        known = _LOCAL_LIMITS.get(key)
+    if known is not None:
+        return known
+    limit = reported
+    if tensor_cores(runtime).ok:
+        for kib in LARGE_LOCAL_KIB:
+            if kib * 1024 > reported and _static_local_runs(runtime, kib * 1024):
+                limit = kib * 1024
+                break
+    with _LOCAL_LOCK:
+        _LOCAL_LIMITS[key] = limit
+    return limit
+
+
+def _static_local_runs(runtime: Runtime, size: int) -> bool:
+    words = size // 4
+    try:
+        program = runtime.program(prog.kernel_source("local_memory_probe"),
+                                  (f"-DLOCAL_BYTES={size}",))
+        out = cl.Buffer(runtime.context, cl.mem_flags.WRITE_ONLY, THREADS_PROBE * 4)
+        kernel = cl.Kernel(program, "local_memory_probe")
+        kernel.set_args(out)
+        cl.enqueue_nd_range_kernel(runtime.queue, kernel, (THREADS_PROBE,),
+                                   (THREADS_PROBE,))
+        got = np.empty(THREADS_PROBE, np.uint32)
+        cl.enqueue_copy(runtime.queue, got, out, is_blocking=True)
+    except Exception:  # noqa: BLE001 - a build or launch failure is the answer: not allowed
+        return False
+    read = [np.arange(t, words, THREADS_PROBE, dtype=np.uint64) for t in range(THREADS_PROBE)]
+    want = np.array([np.sum((words - 1 - r) * 3 + 1) % (1 << 32) for r in read], np.uint32)
+    return bool(np.array_equal(got, want))
 
 
 def elements_per_word(math_mode: str) -> int:
@@ -146,17 +205,42 @@ def least_padding_slices(reduction: int, per_word: int) -> list[int]:
     return sorted(sorted(MMA_SLICES, reverse=True), key=padded)
 
 
+# The slices and cp.async stages the backend picks where a variant names none (and its tile
+# is not in ASYNC_PIPELINES): 64-word slices (128 halves) only when named (they pad a
+# 64-channel tap to twice its size; on the H100 they lost 7-20% in geomean even where C is
+# whole slices); up to 4 cp.async stages, as in v5.
+DEFAULT_SLICES = (32, 16)
+DEFAULT_ASYNC_STAGES = 4
+# Measured per tile on the H100 (benchmarks/NOTES-gpu.md, v6 run 2; ResNet-50 b32, 6 layers x
+# TF32/F16, geomean ms): the cp.async (slice words, stages) of a variant that names neither,
+# where local memory holds them (more than 48 KiB: local_memory_limit) and the slice is no
+# wider than a tap's channels; other tiles, and devices with less, take pipeline()'s rule.
+# 128x64: 32w 2 stages (0.0484) over 3 (0.0524), 4 (0.0509) and 64w 2 (0.0581): deeper
+# pipelines lost. 128x128: 32w 2 (0.0506, 64 KiB) over v5's 16w 3 (0.0518) and 32w 3 (0.0509).
+# 64x64: 32w 4 (0.0510, 64 KiB) over v5's 32w 3 (0.0524) and 64w 2 (0.0560).
+ASYNC_PIPELINES: dict[MmaTile, tuple[int, int]] = {
+    (128, 64, 2, 2): (32, 2), (128, 128, 2, 2): (32, 2), (64, 64, 2, 2): (32, 4),
+}
+
+
 def pipeline(tile: MmaTile, params: Mapping[str, Any], limit: int,
-             widths: list[int] | None = None) -> tuple[int, str, int]:
+             widths: list[int] | None = None, channels: int | None = None,
+             per_word: int = 1) -> tuple[int, str, int]:
     """(slice words, load, stages): what ``params`` name, the rest chosen: registers unless
-    cp.async is named, the first of ``widths`` (default: the widest slice) that still leaves
-    two stages, and as many stages as local memory holds (registers 2, cp.async up to 4).
-    Wide slices first: on the H100 cp.async in 32-word slices with 2 stages beat 16-word
-    slices with 4 by 9-40% (half the barriers per mma; benchmarks/NOTES-gpu.md, v5)."""
+    cp.async is named, the first of ``widths`` (default: :data:`DEFAULT_SLICES`) that still
+    leaves two stages, and as many stages as local memory holds (registers 2, cp.async up to
+    :data:`DEFAULT_ASYNC_STAGES`). Wide slices first: on the H100 cp.async in 32-word slices
+    with 2 stages beat 16-word slices with 4 by 9-40% (half the barriers per mma;
+    benchmarks/NOTES-gpu.md, v5)."""
     load = params.get("load") or "registers"
-    most = 4 if load == "async" else 2
+    most = DEFAULT_ASYNC_STAGES if load == "async" else 2
     named = params.get("slice")
-    widths = widths or sorted(MMA_SLICES, reverse=True)
+    measured = ASYNC_PIPELINES.get(tuple(tile))  # type: ignore[arg-type]
+    if (load == "async" and measured and not named and not params.get("stages")
+            and measured[1] * mma_stage_bytes(tile, measured[0]) <= limit
+            and (channels is None or measured[0] * per_word <= channels)):
+        return measured[0], "async", measured[1]
+    widths = widths or list(DEFAULT_SLICES)
     for slice_words in [int(named)] if named else widths:
         fit = limit // mma_stage_bytes(tile, slice_words)
         stages = int(params.get("stages") or max(1, min(most, fit)))
@@ -190,8 +274,12 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
                                algorithm=ALGORITHM, backend="opencl")
     unit = 4 if not flat and p.c % (4 * per_word) == 0 else 1
     widths = least_padding_slices(reduction, per_word) if flat else None
-    slice_words, load, stages = pipeline(tile, resolved, int(runtime.device.local_mem_size),
-                                         widths)
+    slice_words, load, stages = pipeline(tile, resolved, local_memory_limit(runtime),
+                                         widths, None if flat else p.c, per_word)
+    if slice_words == 64 and not LDMATRIX:
+        raise UnsupportedError("slice 64 swizzles 16-byte chunks for ldmatrix; the pair loads "
+                               "(LDMATRIX off) know 16 and 32", algorithm=ALGORITHM,
+                               backend="opencl")
     if load == "async" and unit != 4:
         raise UnsupportedError(f"load 'async' copies 16 bytes: C={p.c} is not a multiple of "
                                f"{4 * per_word}", algorithm=ALGORITHM, backend="opencl")
@@ -232,10 +320,10 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
     if config.threads > runtime.max_work_group:
         return failed(f"mma {config.tile} needs {config.threads} work-items per group; the "
                       f"device allows {runtime.max_work_group}")
-    if config.local_bytes > int(runtime.device.local_mem_size):
+    if config.local_bytes > local_memory_limit(runtime):
         return failed(f"mma {config.tile} with {config.stages} stage(s) needs "
                       f"{config.local_bytes} bytes of local memory; the device has "
-                      f"{int(runtime.device.local_mem_size)}")
+                      f"{local_memory_limit(runtime)} for a work-group")
     return plan_verdict(p, _plan(p, config), runtime)
 
 
@@ -264,11 +352,28 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}",
                 f"-DSTAGE_OUT={int(STAGE_OUT)}"]
     options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
+    options += specialisations(p, config)
     options += ["-DMMA_FREE"] if MMA_FREE else []
     options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
     options += ["-DMMA_EMULATE"] if emulate else []
     if MAX_REGISTERS is not None and not emulate:
         options.append(f"-cl-nv-maxrregcount={MAX_REGISTERS}")
+    return options
+
+
+def specialisations(p: ConvProblem, config: MmaConfig) -> list[str]:
+    """The build options that drop checks this problem cannot fail (SPECIALISE), and where
+    cp.async issues the next slice's copies (ISSUE_AT)."""
+    options = []
+    if SPECIALISE and not config.flat:
+        if p.kh == 1 and p.kw == 1 and not any(p.pad):
+            options.append("-DNO_BOUNDS")
+        if p.c % (config.slice_words * elements_per_word(config.math)) == 0:
+            options.append("-DC_WHOLE")
+    ksteps = config.slice_words // 8 // config.warps_k
+    issue_at = min(ISSUE_AT, ksteps - 1)
+    if config.load == "async" and issue_at > 0 and not FRAG2:
+        options.append(f"-DISSUE_AT={issue_at}")
     return options
 
 

@@ -394,7 +394,7 @@ def test_sliced_k_is_checked_with_its_reason():
     p = F32_FAST
     for params, why in (({"mma": (64, 64, 2, 2), "warps_k": 3}, "warps_k must be 1 or 2"),
                         ({"mma": (128, 128, 4, 4), "warps_k": 2}, "at most 16"),
-                        ({"mma": (128, 128, 2, 2), "warps_k": 2}, "partial sums need")):
+                        ({"mma": (256, 256, 2, 2), "warps_k": 2}, "partial sums need")):
         verdict = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32", **params})
         assert not verdict.ok and why in verdict.reason, verdict.reason
 
@@ -419,6 +419,73 @@ def test_cp_async_emulated(rt):
     assert not refused.ok and "16 bytes" in refused.reason
 
 
+# 1x1 (rows past M only: NO_BOUNDS) and C whole slices (C_WHOLE), M with a tail; a padded,
+# strided 3x3 (bounds kept; C_WHOLE only where C is whole slices)
+SPECIALISED = [ConvProblem(2, 5, 7, 64, 24, 1, 1, fast_math=True),
+               ConvProblem(1, 7, 6, 32, 16, 3, 3, stride=2, pad=(1, 0, 0, 1), fast_math=True)]
+
+
+@pytest.mark.parametrize("issue_at", [1, 3])
+def test_specialised_builds_and_copies_issued_mid_slice_emulated(rt, monkeypatch, issue_at):
+    """SPECIALISE drops the checks a problem cannot fail, ISSUE_AT issues the next slice's
+    copies after that many k-steps (clamped to the slice's last): the same products, through
+    cp.async in 32- and 16-word slices and through registers (where ISSUE_AT does not apply)."""
+    monkeypatch.setattr(igm, "ISSUE_AT", issue_at)
+    for base in SPECIALISED:
+        for p in (base, base.replace(dtype="F16", fast_math=False)):
+            for extra in ({"mma": (32, 64, 1, 2), "load": "async", "slice": 32},
+                          {"mma": (64, 32, 2, 1), "load": "async", "slice": 16, "stages": 3},
+                          {"mma": (32, 32, 1, 1), "load": "registers", "slice": 16}):
+                params = {"math": _math(p), **extra}
+                config = igm.configure(p, params, rt, emulate=True)
+                options = igm.build_options(p, config, None, True)
+                assert ("-DNO_BOUNDS" in options) == (p.kh * p.kw == 1)
+                whole = p.c % (config.slice_words * igm.elements_per_word(config.math)) == 0
+                assert ("-DC_WHOLE" in options) == whole
+                ksteps = config.slice_words // 8
+                at = min(issue_at, ksteps - 1) if config.load == "async" else 0
+                assert (f"-DISSUE_AT={at}" in options) == (at > 0)
+                x, w, b, y, _ = _run(p, params, rt, emulate=True)
+                _tight_check(p, params, rt, x, w, b, y, config.splits)
+
+
+@pytest.mark.parametrize("load", ["async", "registers"])
+def test_64_word_slices_and_deep_pipelines_emulated(rt, load):
+    """64-word slices (128 halves, 8 k-steps of TF32, 4 of F16: the swizzle's XOR on each
+    half of a 256-byte row) and 3-4 cp.async stages of 32 words: the same products, with a
+    channel tail (C = 40: part of a slice) and a tile bigger than the problem."""
+    for p in (EMULATED[0], EMULATED[4], EMULATED[0].replace(c=64, activation=None)):
+        for extra in ({"mma": (64, 64, 2, 2), "slice": 64, "stages": 2},
+                      {"mma": (32, 64, 1, 2), "slice": 32,
+                       "stages": 4 if load == "async" else 2}):
+            params = {"math": _math(p), "load": load, **extra}
+            config = igm.configure(p, params, rt, emulate=True)
+            assert (config.slice_words, config.stages) == (extra["slice"], extra["stages"])
+            x, w, b, y, _ = _run(p, params, rt, emulate=True)
+            _tight_check(p, params, rt, x, w, b, y, config.splits)
+
+
+def test_local_memory_beyond_the_reported_size_only_where_probed(rt, monkeypatch):
+    """Without tensor cores the limit is the device's reported local memory. The measured
+    pipelines (ASYNC_PIPELINES) apply where local memory holds them and the slice is no
+    wider than a tap; else, and for other tiles, the widest slice leaving 2 stages, up to 4."""
+    if not mma.tensor_cores(rt).ok:
+        assert igm.local_memory_limit(rt) == int(rt.device.local_mem_size)
+    big, small = 192 * 1024, 48 * 1024
+    monkeypatch.setattr(igm, "ASYNC_PIPELINES", {(128, 128, 2, 2): (32, 2)})
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async"}, big) == (32, "async", 2)
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async"}, small) == (16, "async", 3)
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async"}, big, channels=16,
+                        per_word=2) == (32, "async", 4)       # 64 halves per slice > C = 16
+    assert igm.pipeline((128, 128, 2, 2), {"load": "async", "stages": 3}, big) == \
+        (32, "async", 3)
+    assert igm.pipeline((128, 64, 2, 2), {"load": "async"}, big) == (32, "async", 4)
+    assert igm.pipeline((128, 64, 2, 2), {"load": "async"}, small) == (32, "async", 2)
+    monkeypatch.setattr(igm, "LDMATRIX", False)
+    refused = igm.supports(EMULATED[0], {"math": "tf32", "slice": 64}, rt, emulate=True)
+    assert not refused.ok and "slice 64" in refused.reason
+
+
 def test_split_k_and_stages_shape_the_launches(rt):
     p = EMULATED[0]
     _, _, _, _, kernel = _run(p, {"math": "tf32", "mma": (32, 64, 1, 2), "split": 3}, rt,
@@ -440,8 +507,8 @@ def test_mma_constraint_names_the_bad_parameter():
                                                              "tile": (32, 32, 8, 4, 4)}).reason
     assert "tile" in reason
     reason = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32",
-                                                             "mma": (256, 128, 4, 2),
-                                                             "slice": 32, "stages": 2}).reason
+                                                             "mma": (256, 256, 4, 4),
+                                                             "slice": 32, "stages": 4}).reason
     assert "local memory" in reason
     reason = algorithms.supports("implicit_gemm", p, RULES, {"math": "tf32", "load": "registers",
                                                              "stages": 3}).reason

@@ -36,7 +36,11 @@
 //
 // Build options: MATH_TF32 | MATH_F16, DATA_F32 | DATA_F16 (storage; halves move as bits),
 // BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, FLAT and CIN, ACT*, HAS_BIAS,
-// WARPS_K, MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code).
+// WARPS_K, MMA_EMULATE (mma.sync, ldmatrix and cp.async done by plain local-memory code),
+// and the specialisations NO_BOUNDS (a 1x1 kernel without padding: every row's pixel is in
+// the image, so only rows past M are checked), C_WHOLE (C a multiple of a slice's channels:
+// no channel check) and ISSUE_AT (cp.async: the k-step of the current slice after which the
+// next slice's copies are issued; 0 before its first).
 // Local size (32*WARPS_M*WARPS_N*WARPS_K, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
@@ -109,6 +113,24 @@
 #if !defined(FRAG2)
 #define FRAG2 0
 #endif
+#if !defined(ISSUE_AT)
+#define ISSUE_AT 0
+#endif
+#if defined(NO_BOUNDS) && (KH != 1 || KW != 1 || defined(FLAT))
+#error "NO_BOUNDS: a 1x1 kernel without padding"
+#endif
+// the channel check of a unit: none where C is whole slices
+#if defined(C_WHOLE)
+#define CHANNEL_IN(c, limit) true
+#else
+#define CHANNEL_IN(c, limit) ((c) < (limit))
+#endif
+// whether row l of this work-item's A units reads its pixel at the cursor's tap
+#if defined(NO_BOUNDS)
+#define A_PIXEL_IN(l) (a_base[l] >= 0)
+#else
+#define A_PIXEL_IN(l) ((uint)(A_IY(l) + cti * DY) < (uint)H && (uint)(A_IX(l) + ctj * DX) < (uint)W)
+#endif
 #if defined(B_ROUNDED) && !defined(MATH_TF32)
 #error "B_ROUNDED: TF32 weights rounded on the host"
 #endif
@@ -123,10 +145,10 @@
 #if LDSM
 #if SW == 16
 #define SWZ(r) (((r) >> 1) & 3)              // 64-byte rows: two rows per 128-byte bank line
-#elif SW == 32
-#define SWZ(r) ((r) & 7)                     // 128-byte rows
+#elif SW == 32 || SW == 64
+#define SWZ(r) ((r) & 7)                     // 128-byte rows (256: each half as one)
 #else
-#error "SW must be 16 or 32 words"
+#error "SW must be 16, 32 or 64 words"
 #endif
 #define WORD_AT(r, w) ((r) * SW + ((((w) >> 2) ^ SWZ(r)) << 2) + ((w) & 3))
 #else
@@ -135,7 +157,7 @@
 #elif SW == 32
 #define SWZ(r) (((r) & 3) << 2)
 #else
-#error "SW must be 16 or 32 words"
+#error "SW must be 16 or 32 words (64: ldmatrix only)"
 #endif
 #define WORD_AT(r, w) ((r) * SW + (((((w) >> 1) ^ SWZ(r))) << 1) + ((w) & 1))
 #endif
@@ -307,10 +329,15 @@ static inline void multiply_fragments(float acc[FM][FN][4], uint a[FM][4], uint 
 // FRAG2: the fragments of k-step ks + 1 are loaded before k-step ks is multiplied (two
 // sets of fragment registers), so that local-memory latency overlaps the mma of the step
 // before instead of stalling it.
-// Sliced K: this warp's k-steps are wk, wk + WARPS_K, ... (KSTEPS of them).
+// Sliced K: this warp's k-steps are wk, wk + WARPS_K, ... (KSTEPS of them). Only those
+// from kk0 up to kk1 (ISSUE_AT: the slice runs in two parts with the next copies between).
 #define KSTEPS (SW / 8 / WARPS_K)
+#if ISSUE_AT && (FRAG2 || !ASYNC || ISSUE_AT >= KSTEPS)
+#error "ISSUE_AT: cp.async without FRAG2, a k-step inside the slice"
+#endif
 static inline void multiply_slice(__local const uint* src, int a_row, int b_row, int t4, int wk,
-                           float acc[FM][FN][4], __local uint* mma_scr, int lane) {
+                           float acc[FM][FN][4], __local uint* mma_scr, int lane,
+                           const int kk0, const int kk1) {
 #if FRAG2
     uint a[2][FM][4], b[2][FN][2];
     load_fragments(src, a_row, b_row, t4, wk, a[0], b[0], lane);
@@ -323,7 +350,7 @@ static inline void multiply_slice(__local const uint* src, int a_row, int b_row,
     }
 #else
     UNROLL
-    for (int kk = 0; kk < KSTEPS; ++kk) {
+    for (int kk = kk0; kk < kk1; ++kk) {
         uint a[FM][4], b[FN][2];
         load_fragments(src, a_row, b_row, t4, kk * WARPS_K + wk, a, b, lane);
         multiply_fragments(acc, a, b, mma_scr, lane);
@@ -401,7 +428,11 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #define A_IX(l) ((int)(short)(a_yx[l] & 0xffff))
     for (int l = 0; l < LA; ++l) {
         const int m = m0 + u_row + l * RSTEP;
+#if defined(NO_BOUNDS)
+        a_base[l] = -1;                                 // past M (the only check left)
+#else
         a_base[l] = 0;
+#endif
         a_yx[l] = (int)(0xc000u << 16);
         if (A_UNIT_OK(l) && m < M) {
             const int img = m / (OH * OW);
@@ -434,8 +465,9 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     const int a_row = wm * WTM + g;
     const int b_row = BM + wn * WTN + g;
 #endif
-#define COMPUTE(s)                                                                         \
-    multiply_slice(smem + (s) * STAGE_WORDS, a_row, b_row, t4, wk, acc, mma_scr, lane)
+#define COMPUTE_STEPS(s, kk0, kk1)                                                         \
+    multiply_slice(smem + (s) * STAGE_WORDS, a_row, b_row, t4, wk, acc, mma_scr, lane, kk0, kk1)
+#define COMPUTE(s) COMPUTE_STEPS(s, 0, KSTEPS)
 
     // The next slice to load, as a cursor (no division per slice): its tap's kernel row cti
     // and column ctj (merged taps: the row alone), and its first channel cc0 in the tap.
@@ -468,12 +500,10 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     {                                                                                      \
         __local uint* dst = smem + (s) * STAGE_WORDS;                                      \
         const int a_off = A_SLICE_OFF();                                                   \
-        const bool c_in = cc0 + u_k < C;                                                   \
+        const bool c_in = CHANNEL_IN(cc0 + u_k, C);                                        \
         for (int l = 0; l < LA; ++l) {                                                     \
             if (!A_UNIT_OK(l)) continue;                                                   \
-            const int iy = A_IY(l) + cti * DY;                                             \
-            const int ix = A_IX(l) + ctj * DX;                                             \
-            const bool in = (uint)iy < (uint)H && (uint)ix < (uint)W && c_in;              \
+            const bool in = A_PIXEL_IN(l) && c_in;                                         \
             const __global ELEM_T* src = in ? x + a_base[l] + a_off : x;                   \
             cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0); \
         }                                                                                  \
@@ -495,9 +525,15 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         CP_WAIT();                               // this work-item's copies of slice t landed
         barrier(CLK_LOCAL_MEM_FENCE);            // everyone's; and slice t-1 is done with
         const int ahead = t + STAGES - 1;
+        const int cur = (t - t_begin) % STAGES;
+#if ISSUE_AT
+        // the first k-steps' mma before the copies' address arithmetic: right after the
+        // barrier every warp would otherwise issue copies while the tensor cores wait
+        COMPUTE_STEPS(cur, 0, ISSUE_AT);
+#endif
         if (ahead < t_end) ISSUE((ahead - t_begin) % STAGES)
         cp_commit();                             // empty groups too: the count stays exact
-        COMPUTE((t - t_begin) % STAGES);
+        COMPUTE_STEPS(cur, ISSUE_AT, KSTEPS);
     }
 #else
     // -- registers: fetch the next slice while the current one is multiplied ----------------
@@ -533,12 +569,10 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #define FETCH_A()                                                                          \
     {                                                                                      \
         const int a_off = A_SLICE_OFF();                                                   \
-        const bool c_in = cc0 + u_k < C;                                                   \
+        const bool c_in = CHANNEL_IN(cc0 + u_k, C);                                        \
         for (int l = 0; l < LA; ++l) {                                                     \
-            const int iy = A_IY(l) + cti * DY;                                             \
-            const int ix = A_IX(l) + ctj * DX;                                             \
             pa[l] = UNIT_ZERO;                                                             \
-            if ((uint)iy < (uint)H && (uint)ix < (uint)W && c_in)                          \
+            if (A_PIXEL_IN(l) && c_in)                                                     \
                 pa[l] = *(__global const uint4*)(x + a_base[l] + a_off);                   \
         }                                                                                  \
     }
@@ -565,7 +599,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #define FETCH_B()                                                                          \
     {                                                                                      \
         const int b_off = B_SLICE_OFF();                                                   \
-        const bool c_in = cc0 + u_k < CR;                                                  \
+        const bool c_in = CHANNEL_IN(cc0 + u_k, CR);                                       \
         for (int l = 0; l < LB; ++l) {                                                     \
             pb[l] = UNIT_ZERO;                                                             \
             if (b_base[l] >= 0 && c_in)                                                    \
