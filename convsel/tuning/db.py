@@ -14,6 +14,7 @@ Entries travel between machines as JSON (:meth:`TuningDB.export_json`,
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -515,8 +516,8 @@ def open_db(db: TuningDB | str | os.PathLike[str] | None = None, *,
     if isinstance(db, TuningDB):
         return db
     target = db if db is not None else default_target()
-    key: str | Path = str(target).strip() if is_url(target) else Path(target).expanduser()
-    slot = (os.getpid(), key)
+    slot = (os.getpid(), _store_key(target))
+    key = slot[1]
     asked = time.monotonic()
     with _open_lock:
         if slot not in _open:
@@ -532,6 +533,19 @@ def open_db(db: TuningDB | str | os.PathLike[str] | None = None, *,
                 _failed[failure] = (ended, ended - started, exc)
                 raise
         return _open[slot]
+
+
+def _store_key(target: str | os.PathLike[str]) -> str | Path:
+    """The URL, or the path with ``~`` expanded: the key of the per-process open store."""
+    if isinstance(target, (str, Path)) and not str(target).startswith("~"):
+        return _plain_store_key(target)     # a policy opens its store on every answer
+    return str(target).strip() if is_url(target) else Path(target).expanduser()
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_store_key(target: str | Path) -> str | Path:
+    # without "~" the key depends on the target alone (not on $HOME): safe to remember
+    return str(target).strip() if is_url(target) else Path(target)
 
 
 def close_open(db: str | os.PathLike[str] | None = None) -> None:
