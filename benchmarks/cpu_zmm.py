@@ -193,7 +193,7 @@ def write(args: argparse.Namespace, runs: list[tuple[str, dict]],
 
 
 def driver(args: argparse.Namespace) -> int:
-    work = args.out.with_suffix(".d")
+    work = args.work
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     for config in CONFIGS:
@@ -229,6 +229,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--deadline-s", type=float, default=1e9,
                     help="start no new pair after this many seconds")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "cpu-zmm.json")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/cpu_zmm"),
+                    help="folder for the processes' own JSON files")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--warmup", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
