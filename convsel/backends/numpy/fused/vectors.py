@@ -48,8 +48,8 @@ def apply() -> None:
     Without the setting nothing of numba's is touched."""
     if not wanted():
         return
-    from llvmlite import binding
     from numba.core import config as numba_config
+    from numba.core.codegen import get_host_cpu_features
 
     if _numba_has_compiled():
         warnings.warn(f"{config.variable(FIELD)} is set but numba compiled code before "
@@ -58,7 +58,8 @@ def apply() -> None:
         return
     from numba.core.registry import cpu_target
 
-    features = numba_config.CPU_FEATURES or binding.get_host_cpu_features().flatten()
+    # what numba itself would use (the host's features, NUMBA_ENABLE_AVX respected)
+    features = numba_config.CPU_FEATURES or get_host_cpu_features()
     if NO_256_BIT not in features.split(","):
         numba_config.CPU_FEATURES = f"{features},{NO_256_BIT}" if features else NO_256_BIT
     # Build numba's code generator now, with these features: numba re-reads its NUMBA_*
