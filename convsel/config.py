@@ -48,6 +48,12 @@ class Config(BaseModel):
                                           "default 256")
     cl_half: str | None = Field(None, description="auto, or storage: half values stored, "
                                 "float arithmetic")
+    wide_vectors: str | None = Field(None, description="1/true/yes/on: the numpy backend's "
+                                     "fused (numba) kernels may use 512-bit vectors where "
+                                     "LLVM would prefer 256-bit ones (Intel server cores); "
+                                     "numba's CPU features are process-wide, so this applies "
+                                     "to every numba kernel of the process compiled after "
+                                     "convsel's fused kernels load; default: off")
     # The BLAS libraries' own variables, as set (they are read by BLAS at import; convsel
     # records them in the numpy backend's device key and never sets them).
     openblas_num_threads: str | None = Field(None, validation_alias="OPENBLAS_NUM_THREADS")

@@ -68,5 +68,8 @@ def describe() -> str:
 
         # the opt-in banded path changes every GEMM layer's timing: part of the device key
         banded = "; GEMM layers in bands over convsel's threads" if bands.switched_on() else ""
-        return f"fused kernels: {available().reason}{banded}"
+        # the opt-in 512-bit vectors change every fused kernel's timing (process-wide)
+        wide = ("; 512-bit vectors (numba -prefer-256-bit, process-wide)"
+                if kernels().vectors.in_force() else "")
+        return f"fused kernels: {available().reason}{banded}{wide}"
     return "pure numpy" + ("" if available().ok else " (numba not installed)")

@@ -31,6 +31,10 @@ from typing import Any
 import numba
 
 from ..threads import thread_count
+from . import vectors
+
+# before any kernel compiles: numba fixes its CPU features at the first compile
+vectors.apply()
 
 FASTMATH = frozenset({"contract", "reassoc", "arcp", "nsz"})
 
