@@ -13,7 +13,10 @@ from .tune_cmd import device_arg
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
-    parser.add_argument("--backend", default="numpy", help="numpy or opencl")
+    parser.add_argument("--backend", dest="backends", default="numpy", metavar="BACKEND",
+                        help="where to time: numpy, opencl, opencl:1, several in order of "
+                             "preference ranked together (opencl,numpy: a device's entries "
+                             "count the copies of x and y), or auto")
     parser.add_argument("--device", default=None, help="backend device (OpenCL: index or name)")
     parser.add_argument("--target", default="cpu",
                         help="the ACL target whose rules' pick is shown beside the ranking")
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
     if not args.json and sys.stderr.isatty():
         print(f"timing every candidate of {problem} ...", file=sys.stderr)
-    result = find(problem, backend=args.backend, device=device_arg(args.device),
+    result = find(problem, backend=args.backends, device=device_arg(args.device),
                   target=args.target, rules=args.rules,
                   max_workspace_bytes=args.max_workspace_bytes, store=args.store, db=args.db,
                   budget_s=args.budget, top=args.top)

@@ -18,8 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="acl",
                         help="acl (the rules), measured (the tuning database) or predicted "
                              "(the fitted model)")
-    parser.add_argument("--backend", default=None,
-                        help="measured/predicted: whose timings or model (default numpy)")
+    parser.add_argument("--backend", dest="backends", default=None, metavar="BACKEND",
+                        help="measured/predicted: whose timings or model (default numpy); "
+                             "several in order of preference (opencl,numpy) or auto: the "
+                             "fastest of them for a call on host arrays")
     parser.add_argument("--device", default=None, help="measured/predicted: backend device")
     parser.add_argument("--db", default=None, metavar="PATH", help="measured/predicted: "
                         "tuning database (default: $CONVSEL_TUNING_DB or the user data dir)")
@@ -32,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
-    given = (("backend", args.backend), ("device", _device(args.device)), ("db", args.db))
+    given = (("backend", args.backends), ("device", _device(args.device)), ("db", args.db))
     # a policy that does not take an option refuses it, naming those that do
     options: dict[str, Any] = {k: v for k, v in given if v is not None}
     if args.db is not None and "db" in policy_options(args.policy):

@@ -138,3 +138,27 @@ def test_tune_then_select_measured_with_the_real_kernels(tmp_path, monkeypatch, 
     assert answer["source"] == "tuning-db" and answer["trace"][-1]["fired"]
     timed = {k for k, v in answer["measurement"]["timings"].items() if "median_ms" in v}
     assert {"im2col_gemm", "direct", "winograd:4x4", "indirect_gemm", "fft"} <= timed
+
+
+def test_find_and_select_take_several_backends(tmp_path, monkeypatch, capsys):
+    """`--backend numpy,opencl` ranks both backends' candidates together (find) and asks both
+    backends' timings for the answer (select --policy measured)."""
+    from opencl_support import opencl_runtime
+
+    opencl_runtime()
+    monkeypatch.setenv("CONVSEL_TUNING_DB", str(tmp_path / "both.sqlite"))
+    flags = ["--h", "6", "--w", "6", "--c", "4", "--k", "4", "--kernel", "1"]
+    assert main(["find", "--backend", "numpy,opencl", "--json", "--store", *flags]) == 0
+    found = json.loads(capsys.readouterr().out)
+    ranked = {c["backend"] for c in found["results"] if c["status"] == "ok"}
+    assert ranked == {"numpy", "opencl"}, found["results"]
+    assert main(["select", "--policy", "measured", "--backend", "numpy,opencl", "--json",
+                 *flags]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["backend"] in ("numpy", "opencl")
+    # both backends were asked (a noisy race stored as a tie may leave one uncompared)
+    across = " ".join(step["reason"] for step in answer["trace"]
+                      if step["id"].startswith("across."))
+    assert "numpy" in across and "opencl" in across, answer["trace"]
+    assert main(["select", "--policy", "measured", "--backend", "numpy,numpy", *flags]) == 2
+    assert "names a backend twice" in capsys.readouterr().err
