@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .features import FEATURE_NAMES
-from .models import ModelError
+from .models import ModelError, algorithm_of, linear_log_times
 
 _COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
@@ -80,10 +80,6 @@ def terms(x: np.ndarray) -> np.ndarray:
     return np.column_stack([columns[name] for name in TERMS])
 
 
-def algorithm_of(variant: str) -> str:
-    return variant.split(":", 1)[0]
-
-
 def fit_coefficients(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative ``c`` minimising Σ (log(a @ c) - y)²: relative error, the bounds kept.
 
@@ -134,13 +130,7 @@ class AnalyticModel:
         return cls(coefficients)
 
     def predict(self, x: np.ndarray, variants: Sequence[str]) -> np.ndarray:
-        a = terms(x)
-        out = np.full(len(x), math.inf)
-        for i, v in enumerate(variants):
-            c = self.coefficients.get(v) or self.coefficients.get(algorithm_of(v))
-            if c is not None:
-                out[i] = math.log(max(float(a[i] @ np.asarray(c)), 1e-12))
-        return out
+        return linear_log_times(terms(x), self.coefficients, variants, 1e-12)
 
     def to_data(self) -> dict[str, Any]:
         return {"coefficients": self.coefficients, "terms": list(TERMS)}

@@ -62,8 +62,21 @@ def _work_columns(x: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones(len(x)), flops, moved, workspace])
 
 
-def _algorithm(variant: str) -> str:
+def algorithm_of(variant: str) -> str:
+    """The algorithm of a variant label ("implicit_gemm:tile=..." -> "implicit_gemm")."""
     return variant.split(":", 1)[0]
+
+
+def linear_log_times(a: np.ndarray, coefficients: dict[str, list[float]],
+                     variants: Sequence[str], floor: float) -> np.ndarray:
+    """log(a[i] . c) per row, c the row's variant's coefficients or else its algorithm's
+    (inf where the model has neither: never timed); ``floor`` keeps an all-zero fit finite."""
+    out = np.full(len(a), math.inf)
+    for i, v in enumerate(variants):
+        c = coefficients.get(v) or coefficients.get(algorithm_of(v))
+        if c is not None:
+            out[i] = math.log(max(float(a[i] @ np.asarray(c)), floor))
+    return out
 
 
 @dataclass(frozen=True)
@@ -78,23 +91,17 @@ class RooflineModel:
         from scipy.optimize import nnls
 
         a, t = _work_columns(x), np.exp(y)
-        keys = sorted(set(variants) | {_algorithm(v) for v in variants})
+        keys = sorted(set(variants) | {algorithm_of(v) for v in variants})
         coefficients = {}
         for key in keys:
-            rows = np.array([v == key or _algorithm(v) == key for v in variants])
+            rows = np.array([v == key or algorithm_of(v) == key for v in variants])
             weight = 1.0 / t[rows]          # relative error: small layers count as much
             c, _ = nnls(a[rows] * weight[:, None], np.ones(int(rows.sum())))
             coefficients[key] = [float(v) for v in c]
         return cls(coefficients)
 
     def predict(self, x: np.ndarray, variants: Sequence[str]) -> np.ndarray:
-        a = _work_columns(x)
-        out = np.full(len(x), math.inf)
-        for i, v in enumerate(variants):
-            c = self.coefficients.get(v) or self.coefficients.get(_algorithm(v))
-            if c is not None:
-                out[i] = math.log(max(float(a[i] @ np.asarray(c)), 1e-9))
-        return out
+        return linear_log_times(_work_columns(x), self.coefficients, variants, 1e-9)
 
     def to_data(self) -> dict[str, Any]:
         return {"coefficients": self.coefficients,
