@@ -84,6 +84,7 @@ FLAT_RUN = 512
 # with eight (4 rows x 2 pixels) it no longer did. Development machine, one thread, 256-bit
 # vectors (numba for icelake-server), interior only, ms, one row / four rows: 112x112x32
 # (flat) 0.270 / 0.132, 56x56x144 0.241 / 0.138, 28x28x192 0.078 / 0.046.
+# Six or eight rows: not vectorised any more (scalar FMAs, 4x slower).
 ROWS = 4
 
 
