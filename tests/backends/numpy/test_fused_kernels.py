@@ -143,7 +143,6 @@ def test_depthwise_row_blocks_write_every_output(monkeypatch: pytest.MonkeyPatch
     from convsel.backends.numpy.fused import depthwise
 
     monkeypatch.setattr(fused, "MIN_VALUES_PER_THREAD", 1)
-    monkeypatch.setattr(fused, "HANDOVER_VALUES", 0)
     monkeypatch.setattr(common, "OUTPUT_FILL", np.nan)
     assert p.out_h // 3 > depthwise.ROWS   # each thread gets whole blocks and a remainder
     rng = np.random.default_rng(8)
@@ -175,7 +174,6 @@ def test_kernels_spread_over_threads_write_every_output(monkeypatch: pytest.Monk
     from convsel.rules import default_rules
 
     monkeypatch.setattr(fused, "MIN_VALUES_PER_THREAD", 1)
-    monkeypatch.setattr(fused, "HANDOVER_VALUES", 0)
     monkeypatch.setattr(common, "OUTPUT_FILL", np.nan)
     rng = np.random.default_rng(5)
     x = rng.standard_normal(p.input_shape).astype(np.float32)
@@ -194,36 +192,3 @@ def test_kernels_spread_over_threads_write_every_output(monkeypatch: pytest.Monk
             assert np.abs(y - ref).max() < 1e-3, algorithm
             ran += 1
     assert ran >= 2
-
-
-@pytest.mark.parametrize(("jobs", "n", "lead"), [(14, 2, 0.0), (14, 2, 6.0), (112, 2, 13.6),
-                                                 (7, 3, 2.5), (5, 2, 9.0), (3, 3, 0.0)])
-def test_split_gives_the_calling_thread_the_lead_and_covers_every_job(jobs: int, n: int,
-                                                                      lead: float):
-    pytest.importorskip("numba")
-    from convsel.backends.numpy.fused import split
-
-    bounds = split(jobs, n, lead)
-    assert len(bounds) == n + 1 and bounds[0] == 0 and bounds[-1] == jobs
-    assert all(a <= b for a, b in zip(bounds, bounds[1:]))
-    sizes = [b - a for a, b in zip(bounds, bounds[1:])]
-    assert max(sizes[1:]) - min(sizes[1:]) <= 1                 # the pool threads' even
-    assert abs(sizes[0] - min(jobs, sizes[1] + lead)) <= 1.5    # the caller's longer by lead
-
-
-def test_spread_leaves_small_kernels_to_the_calling_thread(monkeypatch: pytest.MonkeyPatch):
-    """A pool thread gets a range only when, after the calling thread's lead, it still has
-    MIN_VALUES_PER_THREAD values; then the calling thread's range is the longer one."""
-    pytest.importorskip("numba")
-    from convsel.backends.numpy import fused
-
-    calls: list[tuple[int, int]] = []
-    ranges = lambda start, stop: calls.append((start, stop))   # noqa: E731
-    monkeypatch.setattr(fused, "MIN_VALUES_PER_THREAD", 1000)
-    monkeypatch.setattr(fused, "HANDOVER_VALUES", 1000)
-    with threads.limited_threads(2):
-        fused.spread(ranges, 10, 2999)           # (2999 - 1000) / 2 < 1000: alone
-        assert calls == [(0, 10)]
-        calls.clear()
-        fused.spread(ranges, 10, 4000)           # caller 2500 values, pool thread 1500
-        assert sorted(calls) == [(0, 6), (6, 10)]

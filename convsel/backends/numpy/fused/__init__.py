@@ -38,15 +38,9 @@ vectors.apply()
 
 FASTMATH = frozenset({"contract", "reassoc", "arcp", "nsz"})
 
-# Below this many output values per pool thread, a kernel runs in the calling thread alone:
-# a hand-over to a pool thread costs tens of microseconds.
+# Below this many output values per thread, a kernel runs in the calling thread alone: a
+# hand-over to a pool thread costs tens of microseconds.
 MIN_VALUES_PER_THREAD = 1 << 15
-# A pool thread starts this much later than the calling thread (counted in output values
-# the calling thread writes meanwhile), so the calling thread takes that many more. Quiet
-# host, depthwise, 2 threads (benchmarks/NOTES-cpu.md, "Depthwise v3"): one thread writes
-# ~1.3 values/ns, and an even split over two gave nothing on the 75K-150K-value layers
-# (14x14x576: 0.09 ms either way): a ~40 us late start, i.e. ~50K values.
-HANDOVER_VALUES = 48 << 10
 
 
 def jit() -> Callable[[Callable[..., Any]], Any]:
@@ -78,8 +72,7 @@ def _workers(n: int) -> ThreadPoolExecutor:
 def spread(kernel: Callable[..., None], jobs: int, values: int, *args: Any) -> None:
     """Run ``kernel(start, stop, *args)`` over the jobs [0, jobs) split into contiguous
     ranges, one per thread (the backend's thread count; fewer when ``values``, the output
-    values the kernel writes, would give a pool thread less than MIN_VALUES_PER_THREAD),
-    the calling thread's range longer by HANDOVER_VALUES' worth of jobs.
+    values the kernel writes, would give a thread less than MIN_VALUES_PER_THREAD).
 
     Why not numba's own ``parallel=True``: its thread pools stay busy after a kernel (the
     OpenMP layer's threads spin for milliseconds; the workqueue layer's poll), and on two
@@ -93,35 +86,21 @@ def spread(kernel: Callable[..., None], jobs: int, values: int, *args: Any) -> N
     for a while, so a second thread of ours only fights them for a core (quiet host, 2
     cores: the ResNet-50 stem's im2col 3.3 ms spread over two threads, 0.4 expected from
     one)."""
-    n = thread_count()
-    while n > 1 and (values - HANDOVER_VALUES) // n < MIN_VALUES_PER_THREAD:
-        n -= 1
-    lead = jobs * min(values, HANDOVER_VALUES) / max(1, values)
-    in_threads(kernel, jobs, n, *args, lead=lead)
+    in_threads(kernel, jobs, min(thread_count(), values // MIN_VALUES_PER_THREAD), *args)
 
 
-def split(jobs: int, n: int, lead: float = 0.0) -> list[int]:
-    """Bounds of ``n`` contiguous ranges over [0, jobs), the first ``lead`` jobs longer than
-    the others (which are even): the calling thread's, while the pool threads start late."""
-    share = max(0.0, jobs - lead) / n           # each pool thread's jobs
-    first = jobs - share * (n - 1)
-    return [0] + [min(jobs, round(first + share * i)) for i in range(n)]
-
-
-def in_threads(kernel: Callable[..., None], jobs: int, n: int, *args: Any,
-               lead: float = 0.0) -> None:
+def in_threads(kernel: Callable[..., None], jobs: int, n: int, *args: Any) -> None:
     """Run ``kernel(start, stop, *args)`` over the jobs [0, jobs) split into ``n`` (at most
-    ``jobs``, at least 1) contiguous ranges, the first (``lead`` jobs longer, see
-    :func:`split`) in the calling thread, the others in the pool's threads; returns when all
-    are done (re-raising the first failure)."""
+    ``jobs``, at least 1) contiguous ranges, the first in the calling thread, the others in
+    the pool's threads; returns when all are done (re-raising the first failure)."""
     n = max(1, min(n, jobs))
     if n == 1:
         kernel(0, jobs, *args)
         return
-    bounds = split(jobs, n, lead)
+    bounds = [jobs * i // n for i in range(n + 1)]
     pool = _workers(n - 1)
     pending: list[Future[None]] = [pool.submit(kernel, bounds[i], bounds[i + 1], *args)
-                                   for i in range(1, n) if bounds[i] < bounds[i + 1]]
+                                   for i in range(1, n)]
     kernel(bounds[0], bounds[1], *args)
     for job in pending:
         job.result()

@@ -16,6 +16,14 @@ Three loops write a row, all reading the input where it is (no padded copy):
 - pixels whose taps reach into the padding (the border): per pixel and tap, skipping the
   taps outside the input.
 
+Both interior loops compute ROWS output rows at once where stride equals dilation (every
+MobileNet unit-stride layer): the rows' sums share each weight load and most input loads
+(3x3: 27 loads for 36 multiply-adds, where one row at a time takes two each). On the quiet host
+this took the unit-stride layers from 1.06-1.62x torch to 0.94-1.15x (benchmarks/NOTES-cpu.md,
+"Depthwise v3"). oneDNN's JIT depthwise kernel does the same along a row (``ur_w`` output
+pixels in registers, each weight load feeding all of them); here the block runs down the
+columns instead, because LLVM did not vectorise pixel blocks with a run-time channel stride.
+
 Timings that chose this (one thread of the development machine's AVX-512 core, ms; numpy's
 17-pass version in brackets): 112x112x32 0.22 (1.18), 56x56x144 0.26 (1.28), 14x14x576
 0.08 (0.32). A tap-by-tap row pass, the first version, was twice as slow as the register
