@@ -82,7 +82,7 @@ def worker(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     rules = default_rules()
     chosen = chosen_algorithms(args.choice)
-    layers, _ = load_layers(args.layers, list(NETS))
+    layers, _ = load_layers(args.layers, list(args.nets or NETS))
     rows = []
     for layer in layers:
         label = chosen.get((layer.net, layer.name), "direct")
@@ -231,6 +231,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "cpu-zmm.json")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cpu_zmm"),
                     help="folder for the processes' own JSON files")
+    ap.add_argument("--net", dest="nets", action="append",
+                    help=f"nets to time (default: {', '.join(NETS)})")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--warmup", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -125,6 +125,39 @@ def test_depthwise_unit_stride_both_interior_loops(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize("p", [
+    ConvProblem(1, 23, 19, 16, 16, 3, 3, pad=1, groups=16, activation="relu"),     # flat
+    ConvProblem(2, 22, 9, 136, 136, 3, 3, pad=1, groups=136),                      # per pixel
+    ConvProblem(1, 21, 12, 24, 24, 5, 5, pad=2, groups=24, activation="relu"),
+    ConvProblem(1, 26, 10, 130, 130, 7, 7, pad=(3, 2, 3, 1), groups=130),
+    ConvProblem(1, 30, 17, 20, 20, 3, 3, stride=2, dilation=2, pad=2, groups=20),  # sy == dy
+    ConvProblem(1, 25, 13, 12, 12, 3, 3, dilation=2, pad=2, groups=12),            # row by row
+    ConvProblem(1, 24, 15, 8, 8, 3, 3, stride=(1, 2), pad=(0, 1, 1, 1), groups=8),
+], ids=str)
+def test_depthwise_row_blocks_write_every_output(monkeypatch: pytest.MonkeyPatch,
+                                                 p: ConvProblem):
+    """Interior rows go ROWS at a time where stride equals dilation, one at a time
+    elsewhere: with the rows split over three threads (blocks cut at a thread's range) and
+    NaN-filled outputs, every output is written once and matches the float64 reference."""
+    pytest.importorskip("numba")
+    from convsel.backends.numpy import common, fused
+    from convsel.backends.numpy.fused import depthwise
+
+    monkeypatch.setattr(fused, "MIN_VALUES_PER_THREAD", 1)
+    monkeypatch.setattr(common, "OUTPUT_FILL", np.nan)
+    assert p.out_h // 3 > depthwise.ROWS   # each thread gets whole blocks and a remainder
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(p.input_shape).astype(np.float32)
+    w = rng.standard_normal(p.weights_shape).astype(np.float32)
+    b = rng.standard_normal(p.k).astype(np.float32)
+    op = direct.prepare(p, w, b, {})
+    assert op.fused is not None
+    with threads.limited_threads(3):
+        y = op.run(x)
+    assert np.isfinite(y).all()
+    assert np.abs(y - conv2d_reference(p, x, w, b)).max() < 1e-4
+
+
+@pytest.mark.parametrize("p", [
     ConvProblem(2, 13, 11, 6, 6, 3, 3, pad=1, groups=6),
     ConvProblem(1, 12, 12, 5, 7, 3, 3, stride=2, pad=(0, 1, 0, 1), activation="relu"),
     ConvProblem(2, 12, 11, 8, 9, 3, 3, pad=1),

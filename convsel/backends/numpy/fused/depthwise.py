@@ -16,6 +16,14 @@ Three loops write a row, all reading the input where it is (no padded copy):
 - pixels whose taps reach into the padding (the border): per pixel and tap, skipping the
   taps outside the input.
 
+Both interior loops compute ROWS output rows at once where stride equals dilation (every
+MobileNet unit-stride layer): the rows' sums share each weight load and most input loads
+(3x3: 27 loads for 36 multiply-adds, where one row at a time takes two each). On the quiet host
+this took the unit-stride layers from 1.06-1.62x torch to 0.94-1.15x (benchmarks/NOTES-cpu.md,
+"Depthwise v3"). oneDNN's JIT depthwise kernel does the same along a row (``ur_w`` output
+pixels in registers, each weight load feeding all of them); here the block runs down the
+columns instead, because LLVM did not vectorise pixel blocks with a run-time channel stride.
+
 Timings that chose this (one thread of the development machine's AVX-512 core, ms; numpy's
 17-pass version in brackets): 112x112x32 0.22 (1.18), 56x56x144 0.26 (1.28), 14x14x576
 0.08 (0.32). A tap-by-tap row pass, the first version, was twice as slow as the register
@@ -78,6 +86,14 @@ FLAT_BELOW = 128
 # rows (0.403 with 1024-float runs) in one probe; within the noise (0.398 against 0.385) in
 # the full-net run (benchmarks/NOTES-cpu.md, "Depthwise v2").
 FLAT_RUN = 512
+# Interior output rows computed together: the four rows' sums share each weight load and,
+# at unit stride, most input loads (3x3: 27 loads for 36 multiply-adds, against 72 a row
+# at a time). LLVM still vectorises the channel (or flat) loop with four output streams;
+# with eight (4 rows x 2 pixels) it no longer did. Development machine, one thread, 256-bit
+# vectors (numba for icelake-server), interior only, ms, one row / four rows: 112x112x32
+# (flat) 0.270 / 0.132, 56x56x144 0.241 / 0.138, 28x28x192 0.078 / 0.046.
+# Six or eight rows: not vectorised any more (scalar FMAs, 4x slower).
+ROWS = 4
 
 
 @jit()
@@ -103,7 +119,7 @@ def kernel(kh: int, kw: int) -> Callable[..., None]:
 @cache
 def _unrolled(kh: int, kw: int) -> Callable[..., None]:
     """The kernel for ``kh`` x ``kw`` taps with the tap loops unrolled at compile time (so
-    the sum of the taps stays in a register)."""
+    the sums of the taps stay in registers)."""
 
     @jit()
     def depthwise(start: int, stop: int,
@@ -112,9 +128,11 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
                   top: int, left: int, code: int, a: np.float32, b: np.float32) -> None:
         n, h, wd, c = x.shape
         oh, ow = out.shape[1], out.shape[2]
-        # output columns whose every tap is inside the input: [lo, hi)
+        # output columns whose every tap is inside the input: [lo, hi); rows: [ylo, yhi)
         lo = min(ow, (left + sx - 1) // sx)
         hi = max(lo, min(ow, (wd - 1 + left - (kw - 1) * dx) // sx + 1))
+        ylo = min(oh, (top + sy - 1) // sy)
+        yhi = max(ylo, min(oh, (h - 1 + top - (kh - 1) * dy) // sy + 1))
         xf = x.reshape(n, h * wd * c)
         of = out.reshape(n, oh, ow * c)
         wf = w.reshape(kh * kw * c)
@@ -122,19 +140,67 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
         chunk = w_rows.shape[1]   # output pixels per flat run
         width = uintp(chunk * c)
         uc, urow, ucol = uintp(c), uintp(dy * wd * c), uintp(dx * c)
-        for job in range(start, stop):
+        # four rows at once where the next output row's input is the next tap row's (stride
+        # = dilation): the rows share their loads. The offsets are written as (tap row + r)
+        # times the row: LLVM did not vectorise the same sums written as offset + r rows.
+        block = ROWS if sy == dy else 1
+        flat = sx == 1 and c < FLAT_BELOW
+        job = start
+        while job < stop:
             i = job // oh
             oy = job - i * oh
-            row = of[i, oy]
-            iy0 = oy * sy - top
-            if iy0 < 0 or iy0 + (kh - 1) * dy >= h or lo == hi:
+            if oy < ylo or oy >= yhi or lo == hi:   # a row whose taps reach the padding
+                row = of[i, oy]
                 _clipped(x[i], w, bias, row, oy, 0, ow, sy, sx, dy, dx, top, left)
                 activate(row, code, a, b)
+                job += 1
                 continue
-            if sx == 1 and c < FLAT_BELOW:   # the interior as flat runs of (pixel, channel)
+            rows = block if min(yhi - oy, stop - job) >= block else 1
+            iy0 = oy * sy - top
+            r0 = of[i, oy]
+            if rows > 1:
+                r1, r2, r3 = of[i, oy + 1], of[i, oy + 2], of[i, oy + 3]
+                if flat:   # interior as flat runs of (pixel, channel), 4 rows at once
+                    for ox0 in range(lo, hi, chunk):
+                        m = uintp((min(hi, ox0 + chunk) - ox0) * c)
+                        o0, o1, o2, o3 = r0[ox0 * c:], r1[ox0 * c:], r2[ox0 * c:], r3[ox0 * c:]
+                        xs = xf[i, (iy0 * wd + ox0 - left) * c:]
+                        for j in range(m):
+                            a0 = bias_row[j]
+                            a1, a2, a3 = a0, a0, a0
+                            for ky in range(kh):
+                                for kx in range(kw):
+                                    wv = wr[uintp(ky * kw + kx) * width + j]
+                                    a0 += xs[uintp(ky) * urow + uintp(kx) * ucol + j] * wv
+                                    a1 += xs[uintp(ky + 1) * urow + uintp(kx) * ucol + j] * wv
+                                    a2 += xs[uintp(ky + 2) * urow + uintp(kx) * ucol + j] * wv
+                                    a3 += xs[uintp(ky + 3) * urow + uintp(kx) * ucol + j] * wv
+                            o0[j] = a0
+                            o1[j] = a1
+                            o2[j] = a2
+                            o3[j] = a3
+                else:   # interior pixel by pixel, channels as the vector, 4 rows at once
+                    for ox in range(lo, hi):
+                        o0, o1, o2, o3 = r0[ox * c:], r1[ox * c:], r2[ox * c:], r3[ox * c:]
+                        xs = xf[i, (iy0 * wd + ox * sx - left) * c:]
+                        for ch in range(uc):
+                            a0 = bias[ch]
+                            a1, a2, a3 = a0, a0, a0
+                            for ky in range(kh):
+                                for kx in range(kw):
+                                    wv = wf[uintp(ky * kw + kx) * uc + ch]
+                                    a0 += xs[uintp(ky) * urow + uintp(kx) * ucol + ch] * wv
+                                    a1 += xs[uintp(ky + 1) * urow + uintp(kx) * ucol + ch] * wv
+                                    a2 += xs[uintp(ky + 2) * urow + uintp(kx) * ucol + ch] * wv
+                                    a3 += xs[uintp(ky + 3) * urow + uintp(kx) * ucol + ch] * wv
+                            o0[ch] = a0
+                            o1[ch] = a1
+                            o2[ch] = a2
+                            o3[ch] = a3
+            elif flat:   # one row: flat runs
                 for ox0 in range(lo, hi, chunk):
                     m = uintp((min(hi, ox0 + chunk) - ox0) * c)
-                    o = row[ox0 * c:]
+                    o = r0[ox0 * c:]
                     xs = xf[i, (iy0 * wd + ox0 - left) * c:]
                     for j in range(m):
                         acc = bias_row[j]
@@ -143,9 +209,9 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
                                 acc += (xs[uintp(ky) * urow + uintp(kx) * ucol + j]
                                         * wr[uintp(ky * kw + kx) * width + j])
                         o[j] = acc
-            else:   # the interior pixel by pixel, channels as the vector
+            else:   # one row, pixel by pixel
                 for ox in range(lo, hi):
-                    o = row[ox * c:(ox + 1) * c]
+                    o = r0[ox * c:(ox + 1) * c]
                     xs = xf[i, (iy0 * wd + ox * sx - left) * c:]
                     for ch in range(uc):
                         acc = bias[ch]
@@ -154,9 +220,12 @@ def _unrolled(kh: int, kw: int) -> Callable[..., None]:
                                 acc += (xs[uintp(ky) * urow + uintp(kx) * ucol + ch]
                                         * wf[uintp(ky * kw + kx) * uc + ch])
                         o[ch] = acc
-            _clipped(x[i], w, bias, row, oy, 0, lo, sy, sx, dy, dx, top, left)
-            _clipped(x[i], w, bias, row, oy, hi, ow, sy, sx, dy, dx, top, left)
-            activate(row, code, a, b)
+            for r in range(rows):   # the border columns, then the activation, row by row
+                row = of[i, oy + r]
+                _clipped(x[i], w, bias, row, oy + r, 0, lo, sy, sx, dy, dx, top, left)
+                _clipped(x[i], w, bias, row, oy + r, hi, ow, sy, sx, dy, dx, top, left)
+                activate(row, code, a, b)
+            job += rows
 
     return depthwise   # type: ignore[no-any-return]
 
