@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import algorithms, arguments
@@ -69,7 +70,13 @@ def policy_class(name: str) -> type[Any]:
 
 def policy_options(name: str) -> tuple[str, ...]:
     """The options the policy ``name`` takes: its class's fields, in their order."""
-    return tuple(f.name for f in fields(policy_class(name)) if f.init)
+    return _options_of(policy_class(name))
+
+
+@lru_cache(maxsize=64)
+def _options_of(cls: type[Any]) -> tuple[str, ...]:
+    # a class's fields do not change: read once (every choose() checks its options)
+    return tuple(f.name for f in fields(cls) if f.init)
 
 
 class _DerivedOptions(Mapping[str, tuple[str, ...]]):
@@ -120,7 +127,7 @@ def get_policy(name: str, **options: Any) -> Policy:
     """The policy ``name`` with its options, each checked; an unknown name or an option the
     policy does not take is the caller's error, naming the policies that do take it."""
     cls = policy_class(name)
-    takes = policy_options(name)
+    takes = _options_of(cls)
     for option in sorted(options):
         if option not in takes:
             takers = policies_taking(option)
