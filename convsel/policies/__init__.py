@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import algorithms, arguments
@@ -73,10 +72,15 @@ def policy_options(name: str) -> tuple[str, ...]:
     return _options_of(policy_class(name))
 
 
-@lru_cache(maxsize=64)
+# a class's fields do not change: read once (every choose() checks its options)
+_OPTIONS: dict[type[Any], tuple[str, ...]] = {}
+
+
 def _options_of(cls: type[Any]) -> tuple[str, ...]:
-    # a class's fields do not change: read once (every choose() checks its options)
-    return tuple(f.name for f in fields(cls) if f.init)
+    found = _OPTIONS.get(cls)
+    if found is None:
+        found = _OPTIONS[cls] = tuple(f.name for f in fields(cls) if f.init)
+    return found
 
 
 class _DerivedOptions(Mapping[str, tuple[str, ...]]):
