@@ -48,7 +48,10 @@ def method_for(algorithm: str, gpu: bool) -> str:
 def algorithm_for(method: str, p: ConvProblem) -> str:
     """The implementation that runs an ACL method on this problem."""
     names = METHOD_ALGORITHMS[method]
-    return next((a for a in names if SPECS[a].acl_pick(p)), names[-1])
+    for name in names[:-1]:   # the last runs it when no other does (asked per candidate)
+        if SPECS[name].acl_pick(p):
+            return name
+    return names[-1]
 
 
 def supports(algorithm: str, p: ConvProblem, rules: Rules,

@@ -13,8 +13,10 @@ model whose feature list differs from this code's is refused, not silently misre
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..algorithms import ALGORITHMS, spec
 from ..algorithms.cost import CANDIDATE_FEATURES, moved_bytes
@@ -56,3 +58,27 @@ def candidate_features(p: ConvProblem, algorithm: str,
 
 FEATURE_NAMES: tuple[str, ...] = tuple(candidate_features(
     ConvProblem(1, 8, 8, 4, 4, 3, 3), ALGORITHMS[0]))
+# A row of feature_matrix is built as [problem's, one-hot, candidate's] (the order of
+# candidate_features' dict); _ORDER puts it in FEATURE_NAMES' order where that differs.
+_PROBLEM_NAMES = tuple(problem_features(ConvProblem(1, 8, 8, 4, 4, 3, 3)))
+_NATURAL = (*_PROBLEM_NAMES, *(f"alg_{a}" for a in ALGORITHMS), *CANDIDATE_FEATURES)
+_ORDER = None if _NATURAL == FEATURE_NAMES else [_NATURAL.index(n) for n in FEATURE_NAMES]
+_ONE_HOT = {a: [float(a == b) for b in ALGORITHMS] for a in ALGORITHMS}
+_CANDIDATE_SET = frozenset(CANDIDATE_FEATURES)
+
+
+def feature_matrix(p: ConvProblem,
+                   candidates: Sequence[tuple[str, Mapping[str, Any] | None]]) -> np.ndarray:
+    """The rows of :func:`candidate_features` for each (algorithm, params) of ``p``, in the
+    order of :data:`FEATURE_NAMES`, as one C-contiguous float64 array: the problem's part is
+    computed once for all of them (a query ranks every candidate of one problem)."""
+    shared = [float(v) for v in problem_features(p).values()]
+    rows = []
+    for algorithm, params in candidates:
+        part = spec(algorithm).features(p, params or {})
+        if part.keys() != _CANDIDATE_SET:
+            raise ValueError(f"{algorithm}'s features hook must give exactly "
+                             f"{', '.join(CANDIDATE_FEATURES)}; it gave {', '.join(part)}")
+        row = [*shared, *_ONE_HOT[algorithm], *[float(part[n]) for n in CANDIDATE_FEATURES]]
+        rows.append(row if _ORDER is None else [row[i] for i in _ORDER])
+    return np.array(rows, dtype=np.float64).reshape(len(rows), len(FEATURE_NAMES))

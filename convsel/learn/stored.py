@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import numpy as np
-
 from . import domain as domains
 from . import trust
 from .families import FAMILIES
-from .features import FEATURE_NAMES, FEATURES_VERSION, candidate_features
+from .features import FEATURE_NAMES, FEATURES_VERSION, feature_matrix
 from .models import Model, ModelError
 
 
@@ -145,18 +143,35 @@ class StoredModel:
         prediction fall to the label's order, so the answer is deterministic."""
         if not variants:
             return []
-        rows = [candidate_features(problem, alg, params) for _, alg, params in variants]
-        x = np.array([[r[n] for n in FEATURE_NAMES] for r in rows], dtype=float)
-        pred = self.model.predict(x, [label for label, _, _ in variants])
-        seen = self.meta.get("algorithms")
-        if seen is not None:
-            # trees answer for an algorithm they never saw timed: that answer means nothing
-            pred = np.where([alg in seen for _, alg, _ in variants], pred, math.inf)
-        sigma = dict(self.meta.get("sigma") or {})
-        out = [Ranked(label, alg, dict(params), math.exp(p) if math.isfinite(p) else math.inf,
-                      math.exp(float(sigma.get(alg, 1.0))))
+        x = feature_matrix(problem, [(alg, params) for _, alg, params in variants])
+        pred = self.model.predict(x, [label for label, _, _ in variants]).tolist()
+        seen = self._seen
+        factor = self._factor
+        out = [Ranked(label, alg, dict(params),
+                      # trees answer for an algorithm they never saw timed: that means nothing
+                      math.exp(p) if math.isfinite(p) and (seen is None or alg in seen)
+                      else math.inf,
+                      factor(alg))
                for (label, alg, params), p in zip(variants, pred, strict=True)]
         return sorted(out, key=lambda r: (r.predicted_s, r.label))
+
+    @cached_property
+    def _seen(self) -> frozenset[str] | None:
+        """The algorithms its training timed (None: stored without saying)."""
+        seen = self.meta.get("algorithms")
+        return None if seen is None else frozenset(seen)
+
+    def _factor(self, algorithm: str) -> float:
+        """The model's typical error for ``algorithm`` (×/÷)."""
+        factors = self._factors
+        if algorithm not in factors:
+            return math.exp(1.0)
+        return factors[algorithm]
+
+    @cached_property
+    def _factors(self) -> dict[str, float]:
+        return {str(alg): math.exp(float(s))
+                for alg, s in dict(self.meta.get("sigma") or {}).items()}
 
 
 _cache: dict[tuple[str, float], StoredModel] = {}

@@ -69,7 +69,18 @@ def policy_class(name: str) -> type[Any]:
 
 def policy_options(name: str) -> tuple[str, ...]:
     """The options the policy ``name`` takes: its class's fields, in their order."""
-    return tuple(f.name for f in fields(policy_class(name)) if f.init)
+    return _options_of(policy_class(name))
+
+
+# a class's fields do not change: read once (every choose() checks its options)
+_OPTIONS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _options_of(cls: type[Any]) -> tuple[str, ...]:
+    found = _OPTIONS.get(cls)
+    if found is None:
+        found = _OPTIONS[cls] = tuple(f.name for f in fields(cls) if f.init)
+    return found
 
 
 class _DerivedOptions(Mapping[str, tuple[str, ...]]):
@@ -120,7 +131,7 @@ def get_policy(name: str, **options: Any) -> Policy:
     """The policy ``name`` with its options, each checked; an unknown name or an option the
     policy does not take is the caller's error, naming the policies that do take it."""
     cls = policy_class(name)
-    takes = policy_options(name)
+    takes = _options_of(cls)
     for option in sorted(options):
         if option not in takes:
             takers = policies_taking(option)

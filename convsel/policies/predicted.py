@@ -248,19 +248,20 @@ def rules_answer(acl: Selection, policy: str, step_id: str, why_no_model: str) -
 def _from_ranking(ranking: list[Ranked], model: StoredModel, acl: Selection, target: Target,
                   policy: str) -> Selection:
     win = ranking[0]
-    step = TraceStep("predicted.model", True, _why(ranking, model, acl))
+    ident = model.identity()
+    step = TraceStep("predicted.model", True, _why(ranking, model, ident, acl))
     params = {k: tuple(v) if isinstance(v, list) else v for k, v in win.params.items()}
     return dataclasses.replace(
         acl, method=method_for(win.algorithm, target.is_gpu), algorithm=win.algorithm,
         params=params, rule="predicted.model", policy=policy, source="model", fallback=None,
         trace=(*acl.trace, step),
-        measurement={"chosen": win.label, "model": model.identity(),
+        measurement={"chosen": win.label, "model": ident,
                      "ranking": [r.to_dict() for r in ranking]})
 
 
-def _why(ranking: list[Ranked], model: StoredModel, acl: Selection) -> str:
+def _why(ranking: list[Ranked], model: StoredModel, ident: dict[str, Any],
+         acl: Selection) -> str:
     win = ranking[0]
-    ident = model.identity()
     device = ident["device"].get("name", "?")
     shipped = f"; from {system.LOCATION}" if model.meta.get("layer") == "system" else ""
     text = (f"model {model.id} ({model.family}, fitted on {model.training_problems} shapes "

@@ -111,7 +111,7 @@ def cached(db: TuningDB, key: tuple[Hashable, ...], read: Callable[[], T], *,
     declares what ``read`` reads (see :mod:`convsel.tuning.store.changelog`); without it the
     value depends on what ``read`` is recorded reading (the module docstring)."""
     try:
-        now = token(db)
+        now = _token(db)
     except (TuningDatabaseError, OSError):
         return read()
     full = (db.location, *key)
@@ -119,7 +119,7 @@ def cached(db: TuningDB, key: tuple[Hashable, ...], read: Callable[[], T], *,
     if kept is not None and _still_good(full, kept, now):
         _depend(kept.scopes, kept.until)
         return kept.value     # type: ignore[no-any-return]
-    value, scopes, until = _recorded(read, scope)
+    value, scopes, until = _recorded(read, scope, (db.location, now))
     _keep(full, _Kept(now, value, scopes, until))
     _depend(scopes, until)
     return value
@@ -133,7 +133,7 @@ def collection(db: TuningDB, key: tuple[Hashable, ...], scope: Scope,
     (``read_some(problems)``: those that still exist). Whoever uses a row says so
     (:func:`uses`): the collection's own reads count for nothing in the enclosing value."""
     try:
-        now = token(db)
+        now = _token(db)
     except (TuningDatabaseError, OSError):
         return read_all()
     full = (db.location, *key)
@@ -187,10 +187,27 @@ def _still_good(full: tuple[Hashable, ...], kept: _Kept, now: Hashable) -> bool:
     return True
 
 
-def _recorded(read: Callable[[], T], scope: Scope | None
+def _token(db: TuningDB) -> Hashable:
+    """:func:`token` of ``db``, or the one the read in progress (this value is part of it)
+    was taken under: an answer looks at the store once, however many cached reads it makes
+    (a change since then is seen by the next call, as one just after it would be)."""
+    outer = reading.get()
+    if outer is not None:
+        known = outer.tokens.get(db.location)
+        if known is not None:
+            return known
+    return token(db)
+
+
+def _recorded(read: Callable[[], T], scope: Scope | None,
+              taken: tuple[Hashable, Hashable] | None = None,
               ) -> tuple[T, frozenset[Scope] | None, float]:
-    """``read()``, what it depends on, and until when it may be kept."""
-    reads = Reads()
+    """``read()``, what it depends on, and until when it may be kept; ``taken``: (store
+    location, token) it is read under."""
+    outer = reading.get()
+    reads = Reads(tokens=dict(outer.tokens) if outer is not None else {})
+    if taken is not None:
+        reads.tokens[taken[0]] = taken[1]
     token_ = reading.set(reads)
     try:
         value = read()

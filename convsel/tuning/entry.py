@@ -21,7 +21,12 @@ DEVICE_FIELDS = ("vendor", "name", "driver")
 
 def problem_key(problem: ConvProblem) -> str:
     """Canonical JSON of a problem: equal problems give equal keys."""
-    return json.dumps(problem.to_dict(), sort_keys=True, separators=(",", ":"))
+    return _CANONICAL.encode(problem.to_dict())
+
+
+# json.dumps(sort_keys=True, separators=(",", ":")) builds this encoder on every call; a
+# measured answer asks for a key per problem
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

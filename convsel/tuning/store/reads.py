@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Hashable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -23,6 +24,9 @@ class Reads:
     everything: bool = False     # a cached read it made depends on the whole store
     direct: bool = False         # it queried the server itself
     until: float = math.inf      # time.monotonic() after which it is to be read again
+    # store location -> the token this read was taken under: a read nested in it (an answer
+    # reading its model) is taken under the same one, not another look at the store
+    tokens: dict[Hashable, Hashable] = field(default_factory=dict)
 
 
 reading: ContextVar[Reads | None] = ContextVar("convsel_cache_reading", default=None)
