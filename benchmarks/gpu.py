@@ -571,10 +571,30 @@ STAGES_STEPS = tuple(
     (f"{'x'.join(map(str, tile))} {sw}w {st}st",
      {"load": "async", "mma": tile, "slice": sw, "stages": st}, {})
     for tile, choices in STAGE_CHOICES.items() for sw, st in choices)
+# v7: the bytes local memory moves per mma (ldmatrix reads plus cp.async fills) are what a warp
+# tile of 64x32 (128x64x2x2) spends most on: 64x64 warp tiles in work-groups of 1-8 warps read
+# a third less per mma; and a slice's k-steps rolled (ROLL_KSTEPS) for fewer registers per
+# work-item (more work-groups per SM). Decided by hand from the run (no adoption).
+ROLL = {"ROLL_KSTEPS": True}
+V7_TILES = ((128, 64, 2, 1), (64, 128, 1, 2), (256, 128, 4, 2), (256, 64, 4, 1), (64, 64, 1, 1))
+V7_STEPS = (
+    ("128x64x2x2 (v6)", ASYNC, {}),
+    ("128x64x2x2 rolled", ASYNC, ROLL),
+    ("128x128x2x2 (v6)", {**ASYNC, "mma": (128, 128, 2, 2)}, {}),
+    ("128x128x2x2 rolled", {**ASYNC, "mma": (128, 128, 2, 2)}, ROLL),
+    ("64x64x2x2 (v6)", {**ASYNC, "mma": (64, 64, 2, 2)}, {}),
+    ("64x64x2x2 rolled", {**ASYNC, "mma": (64, 64, 2, 2)}, ROLL),
+    *((f"{'x'.join(map(str, t))} 32w 2st", {**ASYNC, "mma": t, "slice": 32, "stages": 2}, {})
+      for t in V7_TILES),
+    ("128x64x2x1 32w 2st rolled", {**ASYNC, "mma": (128, 64, 2, 1), "slice": 32, "stages": 2},
+     ROLL),
+)
+V7_LAYERS = (*V6_LAYERS, "layer2.{1,2,3}.conv2", "layer4.0.conv1")
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
              "v6": (V6_STEPS, V6_LAYERS),
-             "stages": (STAGES_STEPS, V6_LAYERS)}
+             "stages": (STAGES_STEPS, V6_LAYERS),
+             "v7": (V7_STEPS, V7_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,

@@ -73,6 +73,10 @@ SPECIALISE = True
 # at once while the tensor cores idle; issuing after a k-step of mma overlaps the two.
 # A knob for the ablation (clamped to the slice's last k-step).
 ISSUE_AT = 0
+# A slice's k-steps as a loop (ROLL_K) rather than unrolled: ptxas then cannot hoist later
+# k-steps' fragment loads, so a work-item holds fewer registers and more work-groups fit an SM
+# (-cl-nv-maxrregcount is ignored by NVIDIA's OpenCL, v4). A knob for the ablation.
+ROLL_KSTEPS = False
 # Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
 # mma.sync, to see which part bounds a layer's time.
@@ -354,6 +358,7 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
     options += specialisations(p, config)
     options += ["-DMMA_FREE"] if MMA_FREE else []
+    options += ["-DROLL_K"] if ROLL_KSTEPS else []
     options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
     options += ["-DMMA_EMULATE"] if emulate else []
     if MAX_REGISTERS is not None and not emulate:

@@ -419,6 +419,24 @@ def test_cp_async_emulated(rt):
     assert not refused.ok and "16 bytes" in refused.reason
 
 
+@pytest.mark.parametrize("roll", [False, True], ids=["unrolled", "rolled"])
+def test_64x64_warp_tiles_and_rolled_k_steps_emulated(rt, monkeypatch, roll):
+    """v7: work-groups of one, two and four 64x64-warp tiles (many load units per work-item,
+    RSTEP not a multiple of 8 rows for one warp), a slice's k-steps rolled (ROLL_KSTEPS) or
+    not; the build option follows the knob."""
+    monkeypatch.setattr(igm, "ROLL_KSTEPS", roll)
+    p = ConvProblem(2, 9, 11, 64, 72, 3, 3, pad=1, fast_math=True)
+    for q in (p, p.replace(dtype="F16")):
+        for tile in ((64, 64, 1, 1), (128, 64, 2, 1), (64, 128, 1, 2), (256, 64, 4, 1)):
+            params = {"math": _math(q), "mma": tile, "load": "async", "slice": 32,
+                      "stages": 2}
+            config = igm.configure(q, params, rt, emulate=True)
+            options = igm.build_options(q, config, None, emulate=True)
+            assert ("-DROLL_K" in options) == roll
+            x, w, b, y, _ = _run(q, params, rt, emulate=True)
+            _tight_check(q, params, rt, x, w, b, y, config.splits)
+
+
 # 1x1 (rows past M only: NO_BOUNDS) and C whole slices (C_WHOLE), M with a tail; a padded,
 # strided 3x3 (bounds kept; C_WHOLE only where C is whole slices)
 SPECIALISED = [ConvProblem(2, 5, 7, 64, 24, 1, 1, fast_math=True),

@@ -40,7 +40,8 @@
 // and the specialisations NO_BOUNDS (a 1x1 kernel without padding: every row's pixel is in
 // the image, so only rows past M are checked), C_WHOLE (C a multiple of a slice's channels:
 // no channel check) and ISSUE_AT (cp.async: the k-step of the current slice after which the
-// next slice's copies are issued; 0 before its first).
+// next slice's copies are issued; 0 before its first); ROLL_K (the k-steps of a slice not
+// unrolled).
 // Local size (32*WARPS_M*WARPS_N*WARPS_K, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
@@ -264,6 +265,13 @@ static inline void cp_commit(void) {
 #else
 #define UNROLL _Pragma("unroll")
 #endif
+// ROLL_K: a slice's k-steps as a loop rather than unrolled, so that ptxas cannot hoist the
+// fragment loads of later k-steps (fewer registers per work-item, more work-groups per SM)
+#if defined(ROLL_K) || defined(MMA_EMULATE)
+#define KSTEP_UNROLL _Pragma("unroll 1")
+#else
+#define KSTEP_UNROLL _Pragma("unroll")
+#endif
 
 // The fragments of k-step ks of a staged slice: FM A fragments and FN B fragments of the
 // warp. `a_row`, `b_row`: the first rows of the warp's A and B fragments in the stage
@@ -349,7 +357,7 @@ static inline void multiply_slice(__local const uint* src, int a_row, int b_row,
         multiply_fragments(acc, a[kk & 1], b[kk & 1], mma_scr, lane);
     }
 #else
-    UNROLL
+    KSTEP_UNROLL
     for (int kk = kk0; kk < kk1; ++kk) {
         uint a[FM][4], b[FN][2];
         load_fragments(src, a_row, b_row, t4, kk * WARPS_K + wk, a, b, lane);
