@@ -590,11 +590,29 @@ V7_STEPS = (
      ROLL),
 )
 V7_LAYERS = (*V6_LAYERS, "layer2.{1,2,3}.conv2", "layer4.0.conv1")
+# v7 (2): register caps (-cl-nv-maxrregcount N, the form with a space) for one more
+# work-group per SM: 128x64x2x2 at 128 (4 per SM, 48 KiB each), 64x64x2x2 in 3 stages at 128
+# (4 per SM) and in 2 at 96 (5 per SM), 128x128x2x2 at 168 (3 per SM, 64 KiB each)
+T64 = (64, 64, 2, 2)
+T128 = (128, 128, 2, 2)
+CAPS_STEPS = (
+    ("128x64x2x2 (v6)", ASYNC, {}),
+    ("128x64x2x2 cap 128", ASYNC, {"MAX_REGISTERS": 128}),
+    ("64x64x2x2 (v6)", {**ASYNC, "mma": T64}, {}),
+    ("64x64x2x2 32w 3st", {**ASYNC, "mma": T64, "slice": 32, "stages": 3}, {}),
+    ("64x64x2x2 32w 3st cap 128", {**ASYNC, "mma": T64, "slice": 32, "stages": 3},
+     {"MAX_REGISTERS": 128}),
+    ("64x64x2x2 32w 2st cap 96", {**ASYNC, "mma": T64, "slice": 32, "stages": 2},
+     {"MAX_REGISTERS": 96}),
+    ("128x128x2x2 (v6)", {**ASYNC, "mma": T128}, {}),
+    ("128x128x2x2 cap 168", {**ASYNC, "mma": T128}, {"MAX_REGISTERS": 168}),
+)
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
              "v6": (V6_STEPS, V6_LAYERS),
              "stages": (STAGES_STEPS, V6_LAYERS),
-             "v7": (V7_STEPS, V7_LAYERS)}
+             "v7": (V7_STEPS, V7_LAYERS),
+             "caps": (CAPS_STEPS, V7_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
