@@ -590,7 +590,7 @@ V7_STEPS = (
      ROLL),
 )
 V7_LAYERS = (*V6_LAYERS, "layer2.{1,2,3}.conv2", "layer4.0.conv1")
-# v7 (2): register caps (-cl-nv-maxrregcount N, the form with a space) for one more
+# v7 (2, "caps"): register caps (-cl-nv-maxrregcount N, the form with a space) for one more
 # work-group per SM: 128x64x2x2 at 128 (4 per SM, 48 KiB each), 64x64x2x2 in 3 stages at 128
 # (4 per SM) and in 2 at 96 (5 per SM), 128x128x2x2 at 168 (3 per SM, 64 KiB each)
 T64 = (64, 64, 2, 2)
@@ -606,6 +606,12 @@ CAPS_STEPS = (
      {"MAX_REGISTERS": 96}),
     ("128x128x2x2 (v6)", {**ASYNC, "mma": T128}, {}),
     ("128x128x2x2 cap 168", {**ASYNC, "mma": T128}, {"MAX_REGISTERS": 168}),
+    # and cp.async through L2 only (.cg) with deeper pipelines: .ca's L1 fill and read cost
+    # local-memory bandwidth (the L1 is the same SRAM) beside the copies' own writes; v5
+    # measured .cg only with 2 stages (13-39% slower), where L2's latency was not hidden
+    *((f"{'x'.join(map(str, t))} .cg 32w {st}st", {**ASYNC, "mma": t, "slice": 32, "stages": st},
+       {"CP_ASYNC_L1": False})
+      for t, st in (((128, 64, 2, 2), 3), ((128, 64, 2, 2), 4), (T64, 4), (T128, 3))),
 )
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
