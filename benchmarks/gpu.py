@@ -590,6 +590,14 @@ V7_STEPS = (
      ROLL),
 )
 V7_LAYERS = (*V6_LAYERS, "layer2.{1,2,3}.conv2", "layer4.0.conv1")
+# v7 (3, "l1"): A (input rows) and B (weights) copied through L1 or L2 only apart
+# (CP_ASYNC_L1 for A, CP_ASYNC_L1_B for B), on the three offered cp.async tiles
+L1_CHOICES = (("A .ca B .ca (v6)", {}),
+              ("A .cg B .ca", {"CP_ASYNC_L1": False, "CP_ASYNC_L1_B": True}),
+              ("A .ca B .cg", {"CP_ASYNC_L1": True, "CP_ASYNC_L1_B": False}))
+L1_STEPS = tuple((f"{'x'.join(map(str, t))} {name}", {**ASYNC, "mma": t}, knobs)
+                 for t in ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2))
+                 for name, knobs in L1_CHOICES)
 # v7 (2, "caps"): register caps (-cl-nv-maxrregcount N, the form with a space) for one more
 # work-group per SM: 128x64x2x2 at 128 (4 per SM, 48 KiB each), 64x64x2x2 in 3 stages at 128
 # (4 per SM) and in 2 at 96 (5 per SM), 128x128x2x2 at 168 (3 per SM, 64 KiB each)
@@ -618,7 +626,8 @@ ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "v6": (V6_STEPS, V6_LAYERS),
              "stages": (STAGES_STEPS, V6_LAYERS),
              "v7": (V7_STEPS, V7_LAYERS),
-             "caps": (CAPS_STEPS, V7_LAYERS)}
+             "caps": (CAPS_STEPS, V7_LAYERS),
+             "l1": (L1_STEPS, V7_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,

@@ -53,6 +53,11 @@ LDMATRIX = True
 # the work-groups an SM runs side by side, read the same input rows, which .cg fetches from L2
 # every time. A knob only for the ablation in benchmarks/gpu.py; always on in use.
 CP_ASYNC_L1 = True
+# The same for B (the weights) apart from A (None: as A): A's rows of a 1x1 layer are read
+# once per work-group, so .ca only spends L1 fills (the same SRAM as local memory) on them,
+# while B's slices are shared by every work-group of an SM with the same output channels.
+# A knob for the ablation in benchmarks/gpu.py (v7).
+CP_ASYNC_L1_B: bool | None = None
 # TF32: the weights are rounded to TF32 (cvt.rna's rounding) once, on the host, when the
 # kernel is prepared, so the kernel converts only the input's words. A knob for the ablation.
 ROUND_WEIGHTS = True
@@ -353,6 +358,7 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
                f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
     options += ["-DFLAT", f"-DCIN={p.c}"] if config.flat else []
+    options += [f"-DCP_L1_B={int(CP_ASYNC_L1_B)}"] if CP_ASYNC_L1_B is not None else []
     options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}",
                 f"-DSTAGE_OUT={int(STAGE_OUT)}"]
     options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []

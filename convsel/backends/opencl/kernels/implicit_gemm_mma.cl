@@ -111,6 +111,9 @@
 #if !defined(CP_L1)
 #define CP_L1 1                       // cp.async.ca (through L1) rather than .cg (L2 only)
 #endif
+#if !defined(CP_L1_B)
+#define CP_L1_B CP_L1                 // the same for B (the weights), unless named apart
+#endif
 #if !defined(FRAG2)
 #define FRAG2 0
 #endif
@@ -216,22 +219,26 @@
 #if ASYNC && defined(MMA_EMULATE)
 // cp.async emulated: the copy done at once (0 bytes: zeros), nothing left to wait for; the
 // barrier after CP_WAIT() still orders it before any warp reads the stage.
-static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes,
+                              const int l1) {
     *(__local uint4*)dst = bytes ? *(__global const uint4*)src : (uint4)(0u);
 }
 static inline void cp_commit(void) {}
 #define CP_WAIT() ((void)0)
 #elif ASYNC
-static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
-    // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes,
+                              const int l1) {
+    // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C);
+    // l1 (a build-time constant): through L1 (.ca) or L2 only (.cg)
 #if defined(DIAG_NO_LOADS)
     // diagnosis only (benchmarks/gpu.py --diagnose; wrong results): no copies at all
-#elif CP_L1
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
 #else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+    if (l1)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
+                     :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
 #endif
 }
 static inline void cp_commit(void) {
@@ -513,7 +520,8 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
             if (!A_UNIT_OK(l)) continue;                                                   \
             const bool in = A_PIXEL_IN(l) && c_in;                                         \
             const __global ELEM_T* src = in ? x + a_base[l] + a_off : x;                   \
-            cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0); \
+            cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0,  \
+                       CP_L1);                                                             \
         }                                                                                  \
         const int b_off = B_SLICE_OFF();                                                   \
         for (int l = 0; l < LB; ++l) {                                                     \
@@ -521,7 +529,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
             const bool in = b_base[l] >= 0 && c_in;                                        \
             const __global ELEM_T* src = in ? w + b_base[l] + b_off : w;                   \
             cp_async16(dst + BM * SW + UNIT_WORD(u_row, l), (__global const uint*)src,     \
-                       in ? 16 : 0);                                                       \
+                       in ? 16 : 0, CP_L1_B);                                              \
         }                                                                                  \
         ADVANCE()                                                                          \
     }
