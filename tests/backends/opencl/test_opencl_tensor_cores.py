@@ -423,8 +423,10 @@ def test_cp_async_emulated(rt):
 def test_64x64_warp_tiles_and_rolled_k_steps_emulated(rt, monkeypatch, roll):
     """v7: work-groups of one, two and four 64x64-warp tiles (many load units per work-item,
     RSTEP not a multiple of 8 rows for one warp), a slice's k-steps rolled (ROLL_KSTEPS) or
-    not; the build option follows the knob."""
+    not, B's copies through L2 only apart from A's (CP_ASYNC_L1_B, with the rolled builds);
+    the build options follow the knobs."""
     monkeypatch.setattr(igm, "ROLL_KSTEPS", roll)
+    monkeypatch.setattr(igm, "CP_ASYNC_L1_B", False if roll else None)
     p = ConvProblem(2, 9, 11, 64, 72, 3, 3, pad=1, fast_math=True)
     for q in (p, p.replace(dtype="F16")):
         for tile in ((64, 64, 1, 1), (128, 64, 2, 1), (64, 128, 1, 2), (256, 64, 4, 1)):
@@ -433,6 +435,8 @@ def test_64x64_warp_tiles_and_rolled_k_steps_emulated(rt, monkeypatch, roll):
             config = igm.configure(q, params, rt, emulate=True)
             options = igm.build_options(q, config, None, emulate=True)
             assert ("-DROLL_K" in options) == roll
+            assert ("-DCP_L1_B=0" in options) == roll
+            assert not any(o.startswith("-DCP_L1_B") for o in options) or roll
             x, w, b, y, _ = _run(q, params, rt, emulate=True)
             _tight_check(q, params, rt, x, w, b, y, config.splits)
 
