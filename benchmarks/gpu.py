@@ -621,13 +621,21 @@ CAPS_STEPS = (
        {"CP_ASYNC_L1": False})
       for t, st in (((128, 64, 2, 2), 3), ((128, 64, 2, 2), 4), (T64, 4), (T128, 3))),
 )
+# v7 (4, "mask"): each A row's pixel bounds found once per tap (TAP_MASK) on the padded 3x3
+# layers (1x1 layers build NO_BOUNDS, which it leaves alone)
+MASK_STEPS = tuple((f"{'x'.join(map(str, t))} {name}", {**ASYNC, "mma": t}, knobs)
+                   for t in ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2))
+                   for name, knobs in (("(v6)", {}), ("+tap mask", {"TAP_MASK": True})))
+MASK_LAYERS = ("layer1.{0,1,2}.conv2", "layer2.0.conv2", "layer2.{1,2,3}.conv2",
+               "layer3.0.conv2", "layer3.{1..5}.conv2", "layer4.0.conv2", "layer4.{1,2}.conv2")
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
              "v6": (V6_STEPS, V6_LAYERS),
              "stages": (STAGES_STEPS, V6_LAYERS),
              "v7": (V7_STEPS, V7_LAYERS),
              "caps": (CAPS_STEPS, V7_LAYERS),
-             "l1": (L1_STEPS, V7_LAYERS)}
+             "l1": (L1_STEPS, V7_LAYERS),
+             "mask": (MASK_STEPS, MASK_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,

@@ -82,6 +82,10 @@ ISSUE_AT = 0
 # k-steps' fragment loads, so a work-item holds fewer registers and more work-groups fit an SM
 # (-cl-nv-maxrregcount is ignored by NVIDIA's OpenCL, v4). A knob for the ablation.
 ROLL_KSTEPS = False
+# cp.async with pixel bounds (not NO_BOUNDS): each A row's bounds check done once per tap and
+# kept as a bit (TAP_MASK) instead of on every slice's copies (a tap of C channels takes
+# C / slice channels slices). A knob for the ablation (v7).
+TAP_MASK = False
 # Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
 # mma.sync, to see which part bounds a layer's time.
@@ -365,6 +369,7 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     options += specialisations(p, config)
     options += ["-DMMA_FREE"] if MMA_FREE else []
     options += ["-DROLL_K"] if ROLL_KSTEPS else []
+    options += ["-DTAP_MASK"] if TAP_MASK else []
     options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
     options += ["-DMMA_EMULATE"] if emulate else []
     if MAX_REGISTERS is not None and not emulate:

@@ -41,7 +41,7 @@
 // the image, so only rows past M are checked), C_WHOLE (C a multiple of a slice's channels:
 // no channel check) and ISSUE_AT (cp.async: the k-step of the current slice after which the
 // next slice's copies are issued; 0 before its first); ROLL_K (the k-steps of a slice not
-// unrolled).
+// unrolled); TAP_MASK (cp.async: each A row's pixel bounds found once per tap, kept as bits).
 // Local size (32*WARPS_M*WARPS_N*WARPS_K, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
@@ -493,6 +493,26 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         cti = tap / TAP_COLS;
         ctj = tap - cti * TAP_COLS;
     }
+    // TAP_MASK (cp.async, pixel bounds kept, at most 32 A rows per work-item): which of this
+    // work-item's A rows read a pixel inside the image at the cursor's tap, one bit per row,
+    // found once per tap (when its first slice is issued) instead of on every slice's copies.
+#if ASYNC && defined(TAP_MASK) && !defined(NO_BOUNDS) && LA <= 32
+#define MASKED 1
+    uint tap_mask = 0u;
+#define FIND_TAP_MASK()                                                                    \
+    {                                                                                      \
+        tap_mask = 0u;                                                                     \
+        for (int l = 0; l < LA; ++l)                                                       \
+            if (A_PIXEL_IN(l)) tap_mask |= 1u << l;                                        \
+    }
+    FIND_TAP_MASK()
+#define A_ROW_IN(l) ((tap_mask >> (l)) & 1u)
+#define FIND_TAP_MASK_IF_MASKED() FIND_TAP_MASK()
+#else
+#define FIND_TAP_MASK_IF_MASKED() {}
+#define MASKED 0
+#define A_ROW_IN(l) A_PIXEL_IN(l)
+#endif
 #define ADVANCE()                                                                          \
     {                                                                                      \
         cc0 += BKE;                                                                        \
@@ -516,9 +536,10 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         __local uint* dst = smem + (s) * STAGE_WORDS;                                      \
         const int a_off = A_SLICE_OFF();                                                   \
         const bool c_in = CHANNEL_IN(cc0 + u_k, C);                                        \
+        if (MASKED && cc0 == 0) FIND_TAP_MASK_IF_MASKED()                                  \
         for (int l = 0; l < LA; ++l) {                                                     \
             if (!A_UNIT_OK(l)) continue;                                                   \
-            const bool in = A_PIXEL_IN(l) && c_in;                                         \
+            const bool in = A_ROW_IN(l) && c_in;                                           \
             const __global ELEM_T* src = in ? x + a_base[l] + a_off : x;                   \
             cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0,  \
                        CP_L1);                                                             \
