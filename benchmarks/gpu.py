@@ -626,8 +626,8 @@ CAPS_STEPS = (
 MASK_STEPS = tuple((f"{'x'.join(map(str, t))} {name}", {**ASYNC, "mma": t}, knobs)
                    for t in ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2))
                    for name, knobs in (("(v6)", {}), ("+tap mask", {"TAP_MASK": True})))
-MASK_LAYERS = ("layer1.{0,1,2}.conv2", "layer2.0.conv2", "layer2.{1,2,3}.conv2",
-               "layer3.0.conv2", "layer3.{1..5}.conv2", "layer4.0.conv2", "layer4.{1,2}.conv2")
+MASK_LAYERS = ("layer1.{0,1,2}.conv2", "layer2.{1,2,3}.conv2", "layer3.0.conv2",
+               "layer3.{1..5}.conv2", "layer4.{1,2}.conv2")
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
              "v6": (V6_STEPS, V6_LAYERS),
