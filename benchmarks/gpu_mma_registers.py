@@ -37,7 +37,8 @@ from convsel.problem import ConvProblem  # noqa: E402
 LAYER = ConvProblem(32, 14, 14, 256, 256, 3, 3, pad=1)      # ResNet-50 layer3.x.conv2
 STEM = ConvProblem(32, 224, 224, 3, 64, 7, 7, stride=2, pad=3)   # conv1: the flat reduction
 V7_TILES = ((128, 64, 2, 1), (64, 128, 1, 2), (256, 128, 4, 2), (256, 64, 4, 1), (64, 64, 1, 1))
-# (tile, -cl-nv-maxrregcount N): whether ptxas takes the cap in the form with a space
+# (tile, register cap): whether ptxas takes implicit_gemm_mma.MAX_REGISTERS (v7: the form
+# with a space was refused at build, v4: "=N" accepted and ignored)
 REGISTER_CAPS = (((128, 64, 2, 2), 128), ((64, 64, 2, 2), 128), ((64, 64, 2, 2), 96),
                  ((128, 128, 2, 2), 168))
 FRAG2_TILES = ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2), (128, 128, 4, 4))

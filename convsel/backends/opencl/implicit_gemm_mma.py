@@ -90,7 +90,7 @@ TAP_MASK = False
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
 # mma.sync, to see which part bounds a layer's time.
 DIAGNOSE: str | None = None
-# ptxas's register cap per work-item (-cl-nv-maxrregcount N), or None for the compiler's own
+# ptxas's register cap per work-item (-cl-nv-maxrregcount=N), or None for the compiler's own
 # choice. A knob only for the ablation in benchmarks/gpu.py (fewer registers, more work-groups
 # per SM, against spills); never set in use.
 MAX_REGISTERS: int | None = None
@@ -373,9 +373,10 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
     options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
     options += ["-DMMA_EMULATE"] if emulate else []
     if MAX_REGISTERS is not None and not emulate:
-        # the form cl_nv_compiler_options names (a separate argument): v4's
-        # "-cl-nv-maxrregcount=N" was accepted and ignored
-        options += ["-cl-nv-maxrregcount", str(MAX_REGISTERS)]
+        # accepted and ignored by ptxas (v4); the form the extension's text names, with the
+        # count as a separate argument, is refused at build ("Don't understand command line
+        # argument", v7)
+        options.append(f"-cl-nv-maxrregcount={MAX_REGISTERS}")
     return options
 
 
