@@ -571,10 +571,73 @@ STAGES_STEPS = tuple(
     (f"{'x'.join(map(str, tile))} {sw}w {st}st",
      {"load": "async", "mma": tile, "slice": sw, "stages": st}, {})
     for tile, choices in STAGE_CHOICES.items() for sw, st in choices)
+# v7: the bytes local memory moves per mma (ldmatrix reads plus cp.async fills) are what a warp
+# tile of 64x32 (128x64x2x2) spends most on: 64x64 warp tiles in work-groups of 1-8 warps read
+# a third less per mma; and a slice's k-steps rolled (ROLL_KSTEPS) for fewer registers per
+# work-item (more work-groups per SM). Decided by hand from the run (no adoption).
+ROLL = {"ROLL_KSTEPS": True}
+V7_TILES = ((128, 64, 2, 1), (64, 128, 1, 2), (256, 128, 4, 2), (256, 64, 4, 1), (64, 64, 1, 1))
+V7_STEPS = (
+    ("128x64x2x2 (v6)", ASYNC, {}),
+    ("128x64x2x2 rolled", ASYNC, ROLL),
+    ("128x128x2x2 (v6)", {**ASYNC, "mma": (128, 128, 2, 2)}, {}),
+    ("128x128x2x2 rolled", {**ASYNC, "mma": (128, 128, 2, 2)}, ROLL),
+    ("64x64x2x2 (v6)", {**ASYNC, "mma": (64, 64, 2, 2)}, {}),
+    ("64x64x2x2 rolled", {**ASYNC, "mma": (64, 64, 2, 2)}, ROLL),
+    *((f"{'x'.join(map(str, t))} 32w 2st", {**ASYNC, "mma": t, "slice": 32, "stages": 2}, {})
+      for t in V7_TILES),
+    ("128x64x2x1 32w 2st rolled", {**ASYNC, "mma": (128, 64, 2, 1), "slice": 32, "stages": 2},
+     ROLL),
+)
+V7_LAYERS = (*V6_LAYERS, "layer2.{1,2,3}.conv2", "layer4.0.conv1")
+# v7 (3, "l1"): A (input rows) and B (weights) copied through L1 or L2 only apart
+# (CP_ASYNC_L1 for A, CP_ASYNC_L1_B for B), on the three offered cp.async tiles
+L1_CHOICES = (("A .ca B .ca (v6)", {}),
+              ("A .cg B .ca", {"CP_ASYNC_L1": False, "CP_ASYNC_L1_B": True}),
+              ("A .ca B .cg", {"CP_ASYNC_L1": True, "CP_ASYNC_L1_B": False}))
+L1_STEPS = tuple((f"{'x'.join(map(str, t))} {name}", {**ASYNC, "mma": t}, knobs)
+                 for t in ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2))
+                 for name, knobs in L1_CHOICES)
+# v7 (2, "caps"): register caps for one more work-group per SM: 128x64x2x2 at 128 (4 per SM,
+# 48 KiB each), 64x64x2x2 in 3 stages at 128 (4 per SM) and in 2 at 96 (5 per SM),
+# 128x128x2x2 at 168 (3 per SM, 64 KiB each). Run in v7 with the form
+# "-cl-nv-maxrregcount N", which the driver refused at build; implicit_gemm_mma now passes
+# v4's "=N" again, accepted and ignored. And cp.async through L2 only with deeper pipelines.
+T64 = (64, 64, 2, 2)
+T128 = (128, 128, 2, 2)
+CAPS_STEPS = (
+    ("128x64x2x2 (v6)", ASYNC, {}),
+    ("128x64x2x2 cap 128", ASYNC, {"MAX_REGISTERS": 128}),
+    ("64x64x2x2 (v6)", {**ASYNC, "mma": T64}, {}),
+    ("64x64x2x2 32w 3st", {**ASYNC, "mma": T64, "slice": 32, "stages": 3}, {}),
+    ("64x64x2x2 32w 3st cap 128", {**ASYNC, "mma": T64, "slice": 32, "stages": 3},
+     {"MAX_REGISTERS": 128}),
+    ("64x64x2x2 32w 2st cap 96", {**ASYNC, "mma": T64, "slice": 32, "stages": 2},
+     {"MAX_REGISTERS": 96}),
+    ("128x128x2x2 (v6)", {**ASYNC, "mma": T128}, {}),
+    ("128x128x2x2 cap 168", {**ASYNC, "mma": T128}, {"MAX_REGISTERS": 168}),
+    # and cp.async through L2 only (.cg) with deeper pipelines: .ca's L1 fill and read cost
+    # local-memory bandwidth (the L1 is the same SRAM) beside the copies' own writes; v5
+    # measured .cg only with 2 stages (13-39% slower), where L2's latency was not hidden
+    *((f"{'x'.join(map(str, t))} .cg 32w {st}st", {**ASYNC, "mma": t, "slice": 32, "stages": st},
+       {"CP_ASYNC_L1": False})
+      for t, st in (((128, 64, 2, 2), 3), ((128, 64, 2, 2), 4), (T64, 4), (T128, 3))),
+)
+# v7 (4, "mask"): each A row's pixel bounds found once per tap (TAP_MASK) on the padded 3x3
+# layers (1x1 layers build NO_BOUNDS, which it leaves alone)
+MASK_STEPS = tuple((f"{'x'.join(map(str, t))} {name}", {**ASYNC, "mma": t}, knobs)
+                   for t in ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2))
+                   for name, knobs in (("(v6)", {}), ("+tap mask", {"TAP_MASK": True})))
+MASK_LAYERS = ("layer1.{0,1,2}.conv2", "layer2.{1,2,3}.conv2", "layer3.0.conv2",
+               "layer3.{1..5}.conv2", "layer4.{1,2}.conv2")
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
              "v6": (V6_STEPS, V6_LAYERS),
-             "stages": (STAGES_STEPS, V6_LAYERS)}
+             "stages": (STAGES_STEPS, V6_LAYERS),
+             "v7": (V7_STEPS, V7_LAYERS),
+             "caps": (CAPS_STEPS, V7_LAYERS),
+             "l1": (L1_STEPS, V7_LAYERS),
+             "mask": (MASK_STEPS, MASK_LAYERS)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,

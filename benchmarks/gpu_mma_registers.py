@@ -24,7 +24,11 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYOPENCL_NO_CACHE"] = "1"
 os.environ["CUDA_CACHE_DISABLE"] = "1"
 
-from convsel.algorithms.implicit_gemm import MMA_SLICED_TILES, MMA_TILES  # noqa: E402
+from convsel.algorithms.implicit_gemm import (  # noqa: E402
+    MMA_ASYNC_TILES,
+    MMA_SLICED_TILES,
+    MMA_TILES,
+)
 from convsel.backends.opencl import get_runtime, mma  # noqa: E402
 from convsel.backends.opencl import implicit_gemm_mma as igm  # noqa: E402
 from convsel.backends.opencl import program as prog  # noqa: E402
@@ -32,6 +36,11 @@ from convsel.problem import ConvProblem  # noqa: E402
 
 LAYER = ConvProblem(32, 14, 14, 256, 256, 3, 3, pad=1)      # ResNet-50 layer3.x.conv2
 STEM = ConvProblem(32, 224, 224, 3, 64, 7, 7, stride=2, pad=3)   # conv1: the flat reduction
+V7_TILES = ((128, 64, 2, 1), (64, 128, 1, 2), (256, 128, 4, 2), (256, 64, 4, 1), (64, 64, 1, 1))
+# (tile, register cap): whether ptxas takes implicit_gemm_mma.MAX_REGISTERS (v7: the form
+# with a space was refused at build, v4: "=N" accepted and ignored)
+REGISTER_CAPS = (((128, 64, 2, 2), 128), ((64, 64, 2, 2), 128), ((64, 64, 2, 2), 96),
+                 ((128, 128, 2, 2), 168))
 FRAG2_TILES = ((128, 64, 2, 2), (128, 128, 2, 2), (64, 64, 2, 2), (128, 128, 4, 4))
 PTXAS_LINE = re.compile(r"(entry function '\w+'|Used \d+ registers.*|\d+ bytes stack frame.*)")
 
@@ -60,34 +69,44 @@ def main(argv: list[str] | None = None) -> int:
     source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
                                  after=("splitk",))
     started, lines = time.perf_counter(), []
-    # (layer, math, tile, load, FRAG2, warps_k): sliced K, every tile and pipeline on layer3's
-    # 3x3, then FRAG2 on a few, then the stem's flat reduction on every tile
-    cases = [("layer3.conv2", LAYER, m, t, load, False, 2) for m in mma.MATH_MODES
-             for t in MMA_SLICED_TILES for load in ("registers", "async")]
-    cases += [("layer3.conv2", LAYER, m, t, load, False, 1) for m in mma.MATH_MODES
+    # (layer, math, tile, load, FRAG2, warps_k, ROLL_KSTEPS[, register cap]): v7's register
+    # caps, its 64x64-warp tiles and the async tiles with their k-steps rolled or not first,
+    # then sliced K, every tile and pipeline on layer3's 3x3, then FRAG2 on a few, then the
+    # stem's flat reduction
+    cases = [("layer3.conv2", LAYER, m, t, "async", False, 1, False, cap)
+             for m in mma.MATH_MODES for t, cap in REGISTER_CAPS]
+    cases += [("layer3.conv2", LAYER, m, t, "async", False, 1, roll) for m in mma.MATH_MODES
+              for t in (*MMA_ASYNC_TILES, *V7_TILES) for roll in (False, True)]
+    cases += [("layer3.conv2", LAYER, m, t, load, False, 2, False) for m in mma.MATH_MODES
+              for t in MMA_SLICED_TILES for load in ("registers", "async")]
+    cases += [("layer3.conv2", LAYER, m, t, load, False, 1, False) for m in mma.MATH_MODES
               for t in MMA_TILES for load in ("registers", "async")]
-    cases += [("layer3.conv2", LAYER, m, t, load, True, 1) for m in mma.MATH_MODES
+    cases += [("layer3.conv2", LAYER, m, t, load, True, 1, False) for m in mma.MATH_MODES
               for t in FRAG2_TILES for load in ("registers", "async")]
-    cases += [("conv1", STEM, m, t, "registers", False, 1) for m in mma.MATH_MODES
+    cases += [("conv1", STEM, m, t, "registers", False, 1, False) for m in mma.MATH_MODES
               for t in MMA_TILES]
-    for name, layer, math_mode, tile, load, frag2, warps_k in cases:
+    for name, layer, math_mode, tile, load, frag2, warps_k, roll, *cap in cases:
         what = (f"{name} {math_mode} mma={'x'.join(map(str, tile))} {load} frag2={int(frag2)} "
-                f"warps_k={warps_k}")
+                f"warps_k={warps_k} roll={int(roll)} cap={cap[0] if cap else None}")
         if time.perf_counter() - started > args.budget_s:
             lines.append(f"budget ran out before {what}")
             break
         p = layer.replace(dtype="F16" if math_mode == "f16" else "F32", fast_math=True)
-        params = {"math": math_mode, "mma": tile, "load": load, "warps_k": warps_k}
+        params: dict = {"math": math_mode, "mma": tile, "load": load, "warps_k": warps_k}
+        if tile in V7_TILES:
+            params.update(slice=32, stages=2)
         verdict = igm.supports(p, params, runtime)
         if not verdict.ok:
             lines.append(f"{what}: not run here: {verdict.reason}")
             continue
-        default, igm.FRAG2 = igm.FRAG2, frag2
+        defaults = igm.FRAG2, igm.ROLL_KSTEPS, igm.MAX_REGISTERS
+        igm.FRAG2, igm.ROLL_KSTEPS = frag2, roll
+        igm.MAX_REGISTERS = cap[0] if cap else None
         try:
             config = igm.configure(p, params, runtime)
             options = igm.build_options(p, config, None, emulate=False)
         finally:
-            igm.FRAG2 = default
+            igm.FRAG2, igm.ROLL_KSTEPS, igm.MAX_REGISTERS = defaults
         log = build_log(runtime, source, [*options, "-cl-nv-verbose"])
         lines.append(f"{what} slice={config.slice_words} stages={config.stages}: "
                      f"{report(log)}")

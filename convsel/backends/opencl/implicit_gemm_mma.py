@@ -53,6 +53,11 @@ LDMATRIX = True
 # the work-groups an SM runs side by side, read the same input rows, which .cg fetches from L2
 # every time. A knob only for the ablation in benchmarks/gpu.py; always on in use.
 CP_ASYNC_L1 = True
+# The same for B (the weights) apart from A (None: as A): A's rows of a 1x1 layer are read
+# once per work-group, so .ca only spends L1 fills (the same SRAM as local memory) on them,
+# while B's slices are shared by every work-group of an SM with the same output channels.
+# A knob for the ablation in benchmarks/gpu.py (v7).
+CP_ASYNC_L1_B: bool | None = None
 # TF32: the weights are rounded to TF32 (cvt.rna's rounding) once, on the host, when the
 # kernel is prepared, so the kernel converts only the input's words. A knob for the ablation.
 ROUND_WEIGHTS = True
@@ -73,11 +78,19 @@ SPECIALISE = True
 # at once while the tensor cores idle; issuing after a k-step of mma overlaps the two.
 # A knob for the ablation (clamped to the slice's last k-step).
 ISSUE_AT = 0
+# A slice's k-steps as a loop (ROLL_K) rather than unrolled: ptxas then cannot hoist later
+# k-steps' fragment loads, so a work-item holds fewer registers and more work-groups fit an SM
+# (-cl-nv-maxrregcount is ignored by NVIDIA's OpenCL, v4). A knob for the ablation.
+ROLL_KSTEPS = False
+# cp.async with pixel bounds (not NO_BOUNDS): each A row's bounds check done once per tap and
+# kept as a bit (TAP_MASK) instead of on every slice's copies (a tap of C channels takes
+# C / slice channels slices). A knob for the ablation (v7).
+TAP_MASK = False
 # Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
 # mma.sync, to see which part bounds a layer's time.
 DIAGNOSE: str | None = None
-# ptxas's register cap per work-item (-cl-nv-maxrregcount), or None for the compiler's own
+# ptxas's register cap per work-item (-cl-nv-maxrregcount=N), or None for the compiler's own
 # choice. A knob only for the ablation in benchmarks/gpu.py (fewer registers, more work-groups
 # per SM, against spills); never set in use.
 MAX_REGISTERS: int | None = None
@@ -349,14 +362,20 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
                f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
     options += ["-DFLAT", f"-DCIN={p.c}"] if config.flat else []
+    options += [f"-DCP_L1_B={int(CP_ASYNC_L1_B)}"] if CP_ASYNC_L1_B is not None else []
     options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}",
                 f"-DSTAGE_OUT={int(STAGE_OUT)}"]
     options += ["-DB_ROUNDED"] if config.math == "tf32" and ROUND_WEIGHTS else []
     options += specialisations(p, config)
     options += ["-DMMA_FREE"] if MMA_FREE else []
+    options += ["-DROLL_K"] if ROLL_KSTEPS else []
+    options += ["-DTAP_MASK"] if TAP_MASK else []
     options += [f"-DDIAG_{DIAGNOSE.upper()}"] if DIAGNOSE and not emulate else []
     options += ["-DMMA_EMULATE"] if emulate else []
     if MAX_REGISTERS is not None and not emulate:
+        # accepted and ignored by ptxas (v4); the form the extension's text names, with the
+        # count as a separate argument, is refused at build ("Don't understand command line
+        # argument", v7)
         options.append(f"-cl-nv-maxrregcount={MAX_REGISTERS}")
     return options
 

@@ -419,6 +419,43 @@ def test_cp_async_emulated(rt):
     assert not refused.ok and "16 bytes" in refused.reason
 
 
+@pytest.mark.parametrize("roll", [False, True], ids=["unrolled", "rolled"])
+def test_64x64_warp_tiles_and_rolled_k_steps_emulated(rt, monkeypatch, roll):
+    """v7: work-groups of one, two and four 64x64-warp tiles (many load units per work-item,
+    RSTEP not a multiple of 8 rows for one warp), a slice's k-steps rolled (ROLL_KSTEPS) or
+    not, B's copies through L2 only apart from A's (CP_ASYNC_L1_B, with the rolled builds);
+    the build options follow the knobs."""
+    monkeypatch.setattr(igm, "ROLL_KSTEPS", roll)
+    monkeypatch.setattr(igm, "CP_ASYNC_L1_B", False if roll else None)
+    p = ConvProblem(2, 9, 11, 64, 72, 3, 3, pad=1, fast_math=True)
+    for q in (p, p.replace(dtype="F16")):
+        for tile in ((64, 64, 1, 1), (128, 64, 2, 1), (64, 128, 1, 2), (256, 64, 4, 1)):
+            params = {"math": _math(q), "mma": tile, "load": "async", "slice": 32,
+                      "stages": 2}
+            config = igm.configure(q, params, rt, emulate=True)
+            options = igm.build_options(q, config, None, emulate=True)
+            assert ("-DROLL_K" in options) == roll
+            assert ("-DCP_L1_B=0" in options) == roll
+            assert not any(o.startswith("-DCP_L1_B") for o in options) or roll
+            x, w, b, y, _ = _run(q, params, rt, emulate=True)
+            _tight_check(q, params, rt, x, w, b, y, config.splits)
+
+
+def test_tap_masks_emulated(rt, monkeypatch):
+    """TAP_MASK: each A row's pixel bounds found once per tap (taps of several slices, a
+    split starting inside a tap, padding on every side, rows past M) and kept as bits."""
+    monkeypatch.setattr(igm, "TAP_MASK", True)
+    p = ConvProblem(2, 7, 9, 64, 40, 3, 3, stride=(1, 2), pad=(1, 2, 2, 1), fast_math=True)
+    for q in (p, p.replace(dtype="F16", c=128)):
+        for extra in ({"mma": (64, 64, 2, 2), "slice": 16, "stages": 3},
+                      {"mma": (32, 64, 1, 2), "slice": 16, "stages": 2, "split": 5}):
+            params = {"math": _math(q), "load": "async", **extra}
+            config = igm.configure(q, params, rt, emulate=True)
+            assert "-DTAP_MASK" in igm.build_options(q, config, None, emulate=True)
+            x, w, b, y, _ = _run(q, params, rt, emulate=True)
+            _tight_check(q, params, rt, x, w, b, y, config.splits)
+
+
 # 1x1 (rows past M only: NO_BOUNDS) and C whole slices (C_WHOLE), M with a tail; a padded,
 # strided 3x3 (bounds kept; C_WHOLE only where C is whole slices)
 SPECIALISED = [ConvProblem(2, 5, 7, 64, 24, 1, 1, fast_math=True),
@@ -582,6 +619,21 @@ def test_every_variant_on_random_shapes_on_tensor_cores(dtype):
     checked = sum(_native_case(p, runtime, seed=i)
                   for i, p in enumerate(_random_problems(8, dtype, 27)))
     assert checked >= 8
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_tap_masks_on_tensor_cores(dtype, monkeypatch):
+    """TAP_MASK natively: every variant on ResNet-50's padded 3x3 layers of several slices per
+    tap (stride 1 and 2) and on random shapes, within the bound."""
+    runtime = tensor_core_runtime()
+    monkeypatch.setattr(igm, "TAP_MASK", True)
+    names = ("layer1.{0,1,2}.conv2", "layer3.0.conv2", "layer4.{1,2}.conv2")
+    layers = [x for x in _resnet50() if x.name.startswith(names)]
+    checked = sum(_native_case(x.problem.replace(n=2, dtype=dtype, fast_math=dtype == "F32"),
+                               runtime, bias=False) for x in layers)
+    checked += sum(_native_case(p, runtime, seed=i)
+                   for i, p in enumerate(_random_problems(3, dtype, 71)))
+    assert len(layers) == 3 and checked >= 12
 
 
 def test_the_probe_passes_on_an_nvidia_gpu_of_capability_8():

@@ -40,7 +40,8 @@
 // and the specialisations NO_BOUNDS (a 1x1 kernel without padding: every row's pixel is in
 // the image, so only rows past M are checked), C_WHOLE (C a multiple of a slice's channels:
 // no channel check) and ISSUE_AT (cp.async: the k-step of the current slice after which the
-// next slice's copies are issued; 0 before its first).
+// next slice's copies are issued; 0 before its first); ROLL_K (the k-steps of a slice not
+// unrolled); TAP_MASK (cp.async: each A row's pixel bounds found once per tap, kept as bits).
 // Local size (32*WARPS_M*WARPS_N*WARPS_K, 1, 1), fixed; global size
 // (ceil(N/BN)*that, ceil(M/BM), splits).
 
@@ -109,6 +110,9 @@
 #endif
 #if !defined(CP_L1)
 #define CP_L1 1                       // cp.async.ca (through L1) rather than .cg (L2 only)
+#endif
+#if !defined(CP_L1_B)
+#define CP_L1_B CP_L1                 // the same for B (the weights), unless named apart
 #endif
 #if !defined(FRAG2)
 #define FRAG2 0
@@ -215,22 +219,26 @@
 #if ASYNC && defined(MMA_EMULATE)
 // cp.async emulated: the copy done at once (0 bytes: zeros), nothing left to wait for; the
 // barrier after CP_WAIT() still orders it before any warp reads the stage.
-static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes,
+                              const int l1) {
     *(__local uint4*)dst = bytes ? *(__global const uint4*)src : (uint4)(0u);
 }
 static inline void cp_commit(void) {}
 #define CP_WAIT() ((void)0)
 #elif ASYNC
-static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes) {
-    // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C)
+static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes,
+                              const int l1) {
+    // bytes < 16: the rest of the 16 bytes is zero-filled (0: padding, past M, N or C);
+    // l1 (a build-time constant): through L1 (.ca) or L2 only (.cg)
 #if defined(DIAG_NO_LOADS)
     // diagnosis only (benchmarks/gpu.py --diagnose; wrong results): no copies at all
-#elif CP_L1
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
 #else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+    if (l1)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
+                     :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
 #endif
 }
 static inline void cp_commit(void) {
@@ -263,6 +271,13 @@ static inline void cp_commit(void) {
 #define UNROLL _Pragma("unroll 1")
 #else
 #define UNROLL _Pragma("unroll")
+#endif
+// ROLL_K: a slice's k-steps as a loop rather than unrolled, so that ptxas cannot hoist the
+// fragment loads of later k-steps (fewer registers per work-item, more work-groups per SM)
+#if defined(ROLL_K) || defined(MMA_EMULATE)
+#define KSTEP_UNROLL _Pragma("unroll 1")
+#else
+#define KSTEP_UNROLL _Pragma("unroll")
 #endif
 
 // The fragments of k-step ks of a staged slice: FM A fragments and FN B fragments of the
@@ -349,7 +364,7 @@ static inline void multiply_slice(__local const uint* src, int a_row, int b_row,
         multiply_fragments(acc, a[kk & 1], b[kk & 1], mma_scr, lane);
     }
 #else
-    UNROLL
+    KSTEP_UNROLL
     for (int kk = kk0; kk < kk1; ++kk) {
         uint a[FM][4], b[FN][2];
         load_fragments(src, a_row, b_row, t4, kk * WARPS_K + wk, a, b, lane);
@@ -478,6 +493,26 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         cti = tap / TAP_COLS;
         ctj = tap - cti * TAP_COLS;
     }
+    // TAP_MASK (cp.async, pixel bounds kept, at most 32 A rows per work-item): which of this
+    // work-item's A rows read a pixel inside the image at the cursor's tap, one bit per row,
+    // found once per tap (when its first slice is issued) instead of on every slice's copies.
+#if ASYNC && defined(TAP_MASK) && !defined(NO_BOUNDS) && LA <= 32
+#define MASKED 1
+    uint tap_mask = 0u;
+#define FIND_TAP_MASK()                                                                    \
+    {                                                                                      \
+        tap_mask = 0u;                                                                     \
+        for (int l = 0; l < LA; ++l)                                                       \
+            if (A_PIXEL_IN(l)) tap_mask |= 1u << l;                                        \
+    }
+    FIND_TAP_MASK()
+#define A_ROW_IN(l) ((tap_mask >> (l)) & 1u)
+#define FIND_TAP_MASK_IF_MASKED() FIND_TAP_MASK()
+#else
+#define FIND_TAP_MASK_IF_MASKED() {}
+#define MASKED 0
+#define A_ROW_IN(l) A_PIXEL_IN(l)
+#endif
 #define ADVANCE()                                                                          \
     {                                                                                      \
         cc0 += BKE;                                                                        \
@@ -501,11 +536,13 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         __local uint* dst = smem + (s) * STAGE_WORDS;                                      \
         const int a_off = A_SLICE_OFF();                                                   \
         const bool c_in = CHANNEL_IN(cc0 + u_k, C);                                        \
+        if (MASKED && cc0 == 0) FIND_TAP_MASK_IF_MASKED()                                  \
         for (int l = 0; l < LA; ++l) {                                                     \
             if (!A_UNIT_OK(l)) continue;                                                   \
-            const bool in = A_PIXEL_IN(l) && c_in;                                         \
+            const bool in = A_ROW_IN(l) && c_in;                                           \
             const __global ELEM_T* src = in ? x + a_base[l] + a_off : x;                   \
-            cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0); \
+            cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src, in ? 16 : 0,  \
+                       CP_L1);                                                             \
         }                                                                                  \
         const int b_off = B_SLICE_OFF();                                                   \
         for (int l = 0; l < LB; ++l) {                                                     \
@@ -513,7 +550,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
             const bool in = b_base[l] >= 0 && c_in;                                        \
             const __global ELEM_T* src = in ? w + b_base[l] + b_off : w;                   \
             cp_async16(dst + BM * SW + UNIT_WORD(u_row, l), (__global const uint*)src,     \
-                       in ? 16 : 0);                                                       \
+                       in ? 16 : 0, CP_L1_B);                                              \
         }                                                                                  \
         ADVANCE()                                                                          \
     }
