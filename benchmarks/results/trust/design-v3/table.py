@@ -16,7 +16,8 @@ def main() -> None:
     path = sys.argv[1]
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
-        cv = json.load(f)["family_cv"]
+        report = json.load(f)
+    cv = report["family_cv"]
     print("| held out | layers | ACL's rules | predicted | abstained | never abstaining "
           "| model | ≤ 1.03 | not worse than ACL | no layer > 1.5× unless ACL's is |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -32,6 +33,15 @@ def main() -> None:
               f"{acl['worst_regret']:.2f}× | **{reg:.3f}** / {pred['worst_regret']:.2f}× | "
               f"{row['abstained']} | {bold['geomean_regret']:.3f} / {bold['worst_regret']:.2f}× "
               f"| {row['family']} | {at_most} | {no_worse} | {blunder} |")
+    net_out(report)
+
+
+def net_out(report: dict) -> None:
+    """The summary over every fresh layer: ACL's rules and leave-one-net-out."""
+    for name in ("acl", "predicted-cv"):
+        s = report["summary"][name]
+        print(f"{name}: {s['layers']} layers, geomean {s['geomean_regret']:.3f}, worst "
+              f"{s['worst_regret']:.2f}x, fastest {s['fastest_share']:.0%}")
 
 
 if __name__ == "__main__":
