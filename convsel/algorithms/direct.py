@@ -27,16 +27,32 @@ def opencl_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
     return 0
 
 
+def _depthwise(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
+    # no product to speak of: each output sums its own taps in one pass, a single (outputs x
+    # taps) by (taps x 1) reduction (both backends' depthwise paths: an elementwise
+    # multiply-add per tap, or a register accumulator per output)
+    outputs = p.n * p.out_h * p.out_w * p.k
+    return candidate_features(p, params, gemm=Gemm(outputs, 1, p.kh * p.kw, 1))
+
+
 def features(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
-    """Tap by tap: one product of (pixels x channels per group) per tap and group; a
-    depthwise problem (one input channel per group) has no product to speak of: each
-    output sums its own taps in one pass, a single (outputs x taps) by (taps x 1) reduction
-    (the backends' depthwise paths: an elementwise multiply-add per tap, or a register
-    accumulator per output)."""
+    """Tap by tap, as the numpy kernel runs it: one product of (pixels x channels per group)
+    per tap and group (a GEMM per tap, or an einsum over the groups); a depthwise problem
+    (one input channel per group) is one reduction over the taps per output."""
     if p.is_depthwise:
-        outputs = p.n * p.out_h * p.out_w * p.k
-        return candidate_features(p, params, gemm=Gemm(outputs, 1, p.kh * p.kw, 1))
+        return _depthwise(p, params)
     return candidate_features(p, params, gemm=Gemm.grouped(p, taps_in_k=False))
+
+
+def opencl_features(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
+    """As :func:`features`, except a grouped problem: the OpenCL kernel's work item sums its
+    outputs over the group's channels *and* taps in one loop, so per group one product
+    whose reduction is channels per group x taps (not taps products of channels per group:
+    that description made a model fitted on dense and depthwise layers price a 16-32-group
+    layer's direct convolution like a dense one's, 1.5-2.5x too slow; NOTES, v3)."""
+    if p.groups > 1 and not p.is_depthwise:
+        return candidate_features(p, params, gemm=Gemm.grouped(p, taps_in_k=True))
+    return features(p, params)
 
 
 SPEC = AlgorithmSpec(
@@ -45,4 +61,5 @@ SPEC = AlgorithmSpec(
     backends=backend_modules("direct", "numpy", "opencl"),
     timing_rank=5, colour="tab:brown",
     tolerance={"F32": F32_EXACT, "F16": F16_ROUNDED},
-    workspace={"numpy": numpy_workspace, "opencl": opencl_workspace}, features=features)
+    workspace={"numpy": numpy_workspace, "opencl": opencl_workspace}, features=features,
+    backend_features={"opencl": opencl_features})

@@ -55,8 +55,10 @@ class AlgorithmSpec:
 
     ``features`` is the algorithm's part of a cost model's feature row
     (:data:`convsel.algorithms.cost.CANDIDATE_FEATURES`, see
-    :mod:`convsel.learn.features`). ``dominated`` fails for a problem on which the
-    algorithm provably cannot win, so that tuning does not time it.
+    :mod:`convsel.learn.features`); ``backend_features`` replaces it on a backend whose
+    kernel does other work than ``features`` describes (:meth:`features_on`).
+    ``dominated`` fails for a problem on which the algorithm provably cannot win, so that
+    tuning does not time it.
 
     ``tolerance`` maps a dtype to the correctness bound on ``max |y - ref|`` relative to
     the largest ``Σ|x|·|w| + |bias|`` of an output (the tests' one tolerance table; never
@@ -78,6 +80,7 @@ class AlgorithmSpec:
     workspace: Mapping[str, Estimate] = field(default_factory=dict)
     workspace_headroom: Mapping[str, Estimate] = field(default_factory=dict)
     features: Features = candidate_features
+    backend_features: Mapping[str, Features] = field(default_factory=dict)
     dominated: Callable[[ConvProblem], Verdict] = never_dominated
 
     def workspace_bytes(self, p: ConvProblem, params: Mapping[str, Any],
@@ -88,6 +91,12 @@ class AlgorithmSpec:
         if any(b not in self.workspace for b in names):
             return None
         return max(self.workspace[b](p, params) for b in names)
+
+    def features_on(self, p: ConvProblem, params: Mapping[str, Any],
+                    backend: str = "") -> dict[str, float]:
+        """The algorithm's part of a feature row as ``backend``'s kernel runs it (``""``: the
+        description every backend shares)."""
+        return self.backend_features.get(backend, self.features)(p, params)
 
     def headroom_bytes(self, p: ConvProblem, params: Mapping[str, Any], backend: str) -> int:
         """The device-dependent part of the estimate on ``backend`` (0 when it has none)."""

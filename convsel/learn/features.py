@@ -24,8 +24,10 @@ from ..problem import ConvProblem
 
 # 2: the tiled GEMM's work-group tile, its count and fill; 3: the matrix products each
 # algorithm reduces the convolution to (sizes, count, arithmetic per element); 4: a depthwise
-# direct convolution as one reduction over taps per output (not a product per channel and tap)
-FEATURES_VERSION = "4"
+# direct convolution as one reduction over taps per output (not a product per channel and tap);
+# 5: per backend (a row describes the candidate as that backend's kernel runs it): OpenCL's
+# grouped direct convolution as one product per group reducing over channels x taps
+FEATURES_VERSION = "5"
 
 
 def problem_features(p: ConvProblem) -> dict[str, float]:
@@ -44,11 +46,13 @@ def problem_features(p: ConvProblem) -> dict[str, float]:
 
 
 def candidate_features(p: ConvProblem, algorithm: str,
-                       params: Mapping[str, Any] | None = None) -> dict[str, float]:
-    """The feature row of one candidate (see :data:`FEATURE_NAMES` for the order)."""
+                       params: Mapping[str, Any] | None = None,
+                       backend: str = "") -> dict[str, float]:
+    """The feature row of one candidate as ``backend``'s kernel runs it (see
+    :data:`FEATURE_NAMES` for the order; ``""``: the description every backend shares)."""
     row = problem_features(p)
     row.update({f"alg_{a}": float(a == algorithm) for a in ALGORITHMS})
-    part = spec(algorithm).features(p, params or {})
+    part = spec(algorithm).features_on(p, params or {}, backend)
     if set(part) != set(CANDIDATE_FEATURES):
         raise ValueError(f"{algorithm}'s features hook must give exactly "
                          f"{', '.join(CANDIDATE_FEATURES)}; it gave {', '.join(part)}")
@@ -68,14 +72,16 @@ _CANDIDATE_SET = frozenset(CANDIDATE_FEATURES)
 
 
 def feature_matrix(p: ConvProblem,
-                   candidates: Sequence[tuple[str, Mapping[str, Any] | None]]) -> np.ndarray:
-    """The rows of :func:`candidate_features` for each (algorithm, params) of ``p``, in the
-    order of :data:`FEATURE_NAMES`, as one C-contiguous float64 array: the problem's part is
-    computed once for all of them (a query ranks every candidate of one problem)."""
+                   candidates: Sequence[tuple[str, Mapping[str, Any] | None]],
+                   backend: str = "") -> np.ndarray:
+    """The rows of :func:`candidate_features` for each (algorithm, params) of ``p`` on
+    ``backend``, in the order of :data:`FEATURE_NAMES`, as one C-contiguous float64 array:
+    the problem's part is computed once for all of them (a query ranks every candidate of
+    one problem)."""
     shared = [float(v) for v in problem_features(p).values()]
     rows = []
     for algorithm, params in candidates:
-        part = spec(algorithm).features(p, params or {})
+        part = spec(algorithm).features_on(p, params or {}, backend)
         if part.keys() != _CANDIDATE_SET:
             raise ValueError(f"{algorithm}'s features hook must give exactly "
                              f"{', '.join(CANDIDATE_FEATURES)}; it gave {', '.join(part)}")

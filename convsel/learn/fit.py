@@ -103,7 +103,7 @@ def dataset(entries: Iterable[TuningEntry], statistic: str = "median", *,
             seconds = float(t.get(f"{statistic}_s") or t["median_s"])
             params = {k: tuple(v) if isinstance(v, list) else v
                       for k, v in dict(t.get("params") or {}).items()}
-            row = candidate_features(entry.problem, str(t["algorithm"]), params)
+            row = candidate_features(entry.problem, str(t["algorithm"]), params, entry.backend)
             xs.append([row[n] for n in FEATURE_NAMES])
             ys.append(math.log(seconds))
             variants.append(label_of(str(t["algorithm"]), params))
@@ -329,9 +329,10 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
             "entries", len(data.distinct), f"a model needs timings of at least {MIN_PROBLEMS} "
             f"problems on this backend and device ({data.noisy} noisy entries left out): run "
             "`convsel tune --sample 200` first")
+    backends = {e.backend for e in entries}
+    backend = backends.pop() if len(backends) == 1 else ""
     if target is None:
-        backends = {e.backend for e in entries}
-        target = default_target(backends.pop() if len(backends) == 1 else "numpy")
+        target = default_target(backend or "numpy")
     baseline = rules_picks(data, target, rules)
     scores = {f: cross_validate(f, data, folds, baseline) for f in names}
     for f in names:
@@ -355,6 +356,7 @@ def fit(entries: Sequence[TuningEntry], *, families: Sequence[str] | None = None
             "noisy_entries_left_out": data.noisy,
             "algorithms": sorted({v.split(":", 1)[0] for v in data.variants}),
             "features": list(FEATURE_NAMES), "features_version": FEATURES_VERSION,
+            "backend": backend,
             "statistic": statistic,
             "sigma": scores[best]["sigma"], "held_out": scores, "folds": folds,
             "device": dict(device or {}), "convsel_version": __version__,

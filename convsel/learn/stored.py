@@ -143,7 +143,9 @@ class StoredModel:
         prediction fall to the label's order, so the answer is deterministic."""
         if not variants:
             return []
-        x = feature_matrix(problem, [(alg, params) for _, alg, params in variants])
+        # described as the backend the model was fitted on runs each candidate
+        x = feature_matrix(problem, [(alg, params) for _, alg, params in variants],
+                           self._backend)
         pred = self.model.predict(x, [label for label, _, _ in variants]).tolist()
         seen = self._seen
         factor = self._factor
@@ -154,6 +156,11 @@ class StoredModel:
                       factor(alg))
                for (label, alg, params), p in zip(variants, pred, strict=True)]
         return sorted(out, key=lambda r: (r.predicted_s, r.label))
+
+    @cached_property
+    def _backend(self) -> str:
+        """The backend whose timings it was fitted on ("": stored without saying)."""
+        return str(self.meta.get("backend") or "")
 
     @cached_property
     def _seen(self) -> frozenset[str] | None:

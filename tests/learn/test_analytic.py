@@ -16,7 +16,7 @@ from convsel import ConvProblem
 from convsel.learn import domain
 from convsel.learn.analytic import TERMS, AnalyticModel, terms
 from convsel.learn.families import FAMILIES
-from convsel.learn.features import FEATURE_NAMES, candidate_features
+from convsel.learn.features import FEATURE_NAMES, candidate_features, feature_matrix
 from convsel.learn.models import ModelError
 from convsel.learn.stored import StoredModel
 from convsel.learn.trust import delivered
@@ -193,3 +193,50 @@ def test_a_depthwise_direct_convolution_is_one_reduction_over_taps_per_output():
     grouped = candidate_features(ConvProblem(1, 28, 28, 512, 512, 3, 3, pad=1, groups=64),
                                  "direct")
     assert grouped["log_gemm_calls"] == pytest.approx(math.log10(64 * 9))
+
+
+def test_a_grouped_direct_convolution_is_described_as_each_backend_runs_it():
+    """numpy's direct convolution is tap by tap (per tap an einsum over the groups: 9
+    products per group reducing over 8 channels); OpenCL's work item sums its outputs over
+    the group's channels and taps in one loop (one product per group, reduction 8 x 9).
+    Dense and depthwise layers are described alike on both."""
+    grouped = ConvProblem(1, 28, 28, 512, 512, 3, 3, pad=1, groups=64)
+    numpy_row = candidate_features(grouped, "direct", backend="numpy")
+    opencl_row = candidate_features(grouped, "direct", backend="opencl")
+    assert numpy_row == candidate_features(grouped, "direct")
+    assert numpy_row["log_gemm_calls"] == pytest.approx(math.log10(64 * 9))
+    assert numpy_row["log_gemm_k"] == pytest.approx(math.log10(8))
+    assert opencl_row["log_gemm_calls"] == pytest.approx(math.log10(64))
+    assert opencl_row["log_gemm_k"] == pytest.approx(math.log10(8 * 9))
+    for alike in (ConvProblem(1, 28, 28, 64, 128, 3, 3, pad=1),
+                  ConvProblem(1, 28, 28, 512, 512, 3, 3, pad=1, groups=512)):
+        assert (candidate_features(alike, "direct", backend="opencl")
+                == candidate_features(alike, "direct", backend="numpy"))
+    # the one-matrix path of a query gives the same rows, per backend
+    for backend, row in (("opencl", opencl_row), ("numpy", numpy_row)):
+        fast = feature_matrix(grouped, [("direct", {})], backend)
+        assert fast[0].tolist() == [row[n] for n in FEATURE_NAMES]
+    # the other algorithms have one description
+    assert (candidate_features(grouped, "im2col_gemm", backend="opencl")
+            == candidate_features(grouped, "im2col_gemm", backend="numpy"))
+
+
+class _CallsModel:
+    """log time = log10 of the products a row says the candidate makes (to see the row)."""
+
+    def predict(self, x: np.ndarray, variants: object) -> np.ndarray:
+        return np.asarray(x[:, FEATURE_NAMES.index("log_gemm_calls")], dtype=float)
+
+
+def test_a_stored_model_ranks_with_the_description_of_the_backend_it_was_fitted_on():
+    """The model's meta names its backend; ranking a grouped layer uses that backend's rows:
+    64 x 9 products on numpy, 64 on OpenCL."""
+    grouped = ConvProblem(1, 28, 28, 512, 512, 3, 3, pad=1, groups=64)
+    predicted = {}
+    for backend in ("numpy", "opencl", ""):
+        meta = {"backend": backend, "features": list(FEATURE_NAMES)}
+        stored = StoredModel("gbt", _CallsModel(), meta, 0.0)  # type: ignore[arg-type]
+        predicted[backend] = stored.rank(grouped, [("direct", "direct", {})])[0].predicted_s
+    assert predicted["numpy"] == pytest.approx(math.exp(math.log10(64 * 9)))
+    assert predicted["opencl"] == pytest.approx(math.exp(math.log10(64)))
+    assert predicted[""] == predicted["numpy"]   # a model of no one backend: the shared rows
