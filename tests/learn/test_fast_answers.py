@@ -89,9 +89,9 @@ def store(tmp_path_factory, layers) -> Any:
 
 # -- the reference: the code before the fast path -------------------------------------------
 
-def old_rows(p: ConvProblem, variants: Sequence[tuple[str, str, Mapping[str, Any]]]
-             ) -> np.ndarray:
-    rows = [candidate_features(p, alg, params) for _, alg, params in variants]
+def old_rows(p: ConvProblem, variants: Sequence[tuple[str, str, Mapping[str, Any]]],
+             backend: str = "") -> np.ndarray:
+    rows = [candidate_features(p, alg, params, backend) for _, alg, params in variants]
     return np.array([[r[n] for n in FEATURE_NAMES] for r in rows], dtype=float)
 
 
@@ -160,13 +160,18 @@ def _answers(problems: list[ConvProblem], db: Any, policy: str,
 
 # -- the tests -------------------------------------------------------------------------------
 
-def test_feature_matrix_is_the_rows_of_candidate_features(shapes):
+@pytest.mark.parametrize("backend", ["", "numpy", "opencl"])
+def test_feature_matrix_is_the_rows_of_candidate_features(shapes, backend):
+    """Also as OpenCL describes a candidate (its grouped direct convolution differs)."""
+    differs = 0
     for p in shapes:
         found, _ = candidates(p, "numpy")
         variants = [(c.label, c.algorithm, c.params) for c in found]
-        fast = feature_matrix(p, [(alg, params) for _, alg, params in variants])
+        fast = feature_matrix(p, [(alg, params) for _, alg, params in variants], backend)
         assert fast.dtype == np.float64 and fast.flags.c_contiguous
-        assert np.array_equal(fast, old_rows(p, variants)), p
+        assert np.array_equal(fast, old_rows(p, variants, backend)), p
+        differs += not np.array_equal(fast, old_rows(p, variants))
+    assert (differs > 0) == (backend == "opencl")   # the shapes reach the description
 
 
 @pytest.mark.parametrize("family", FAMILIES)
