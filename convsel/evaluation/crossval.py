@@ -20,13 +20,13 @@ from typing import Any
 from ..errors import InvalidProblemError
 from ..learn.fit import fit
 from ..learn.stored import StoredModel
-from ..policies.predicted import select_predicted
+from ..policies.predicted import DEFAULT_TOP, select_predicted, shortlist
 from ..rules import Rules, as_rules
 from ..selection import select
-from ..targets import resolve_target
+from ..targets import Target, resolve_target
 from ..tuning.entry import TuningEntry
 from .families import FAMILIES
-from .report import CV_POLICY, LayerResult, Pick, Report, pick_of, summarize
+from .report import CV_POLICY, LayerResult, Pick, Report, pick_of, summarize, timed_pick
 
 
 def leave_one_net_out(report: Report, training: Sequence[TuningEntry], *, target: str = "cpu",
@@ -97,7 +97,9 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
         acl: list[tuple[LayerResult, Pick]] = []
         predicted: list[tuple[LayerResult, Pick]] = []
         always: list[tuple[LayerResult, Pick]] = []     # the same model, never abstaining
+        tuned: list[tuple[LayerResult, Pick]] = []      # tune="auto": abstentions timed
         abstained = []
+        timed_count = candidate_count = 0
         for r in rows:
             rules_sel = select(r.layer.problem, resolved, rules=loaded)
             sel = select_predicted(r.layer.problem, resolved, loaded, rules_sel,
@@ -109,6 +111,13 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
             always.append((r, pick_of(bold, r.measurement)))
             if sel.trace[-1].id == "predicted.outside":
                 abstained.append(r.layer.label)
+                labels = _shortlist_of(r, resolved, loaded, model, report.backend)
+                timed_count += len(labels)
+                candidate_count += len(r.measurement.timings)
+                tuned.append((r, timed_pick(labels, r.measurement, "tune: the shortlist timed",
+                                            gpu=resolved.is_gpu)))
+            else:
+                tuned.append(predicted[-1])
         out[name] = {"description": description, "model_id": result.meta["id"],
                      "family": result.family, "accepted": result.meta["accepted"],
                      "verdict": result.meta["verdict"],
@@ -118,12 +127,25 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
                      "predicted_never_abstaining": summarize(always),
                      "sources": _count(p.source for _, p in predicted),
                      "abstained": len(abstained),
+                     "predicted_tuned": summarize(tuned),
+                     "tuned_timed_candidates": timed_count,
+                     "tuned_candidates": candidate_count,
                      "targets": _targets(acl, predicted),
                      "targets_never_abstaining": _targets(acl, always),
-                     "layers": [_row(r, a, p, b) for (r, a), (_, p), (_, b)
-                                in zip(acl, predicted, always, strict=True)]}
+                     "targets_tuned": _targets(acl, tuned),
+                     "layers": [_row(r, a, p, b, t) for (r, a), (_, p), (_, b), (_, t)
+                                in zip(acl, predicted, always, tuned, strict=True)]}
     report.family_cv = out
     return out
+
+
+def _shortlist_of(r: LayerResult, target: Target, rules: Rules, model: StoredModel,
+                  backend: str) -> frozenset[str]:
+    """What ``tune="auto"`` times for a layer the model abstains on: its top candidates and
+    ACL's pick (every candidate where the model ranks none)."""
+    found, _ = shortlist(r.layer.problem, target, rules, top=DEFAULT_TOP, backend=backend,
+                         model=model)
+    return found.labels if found is not None else frozenset(r.measurement.timings)
 
 
 def _count(values: Any) -> dict[str, int]:
@@ -148,9 +170,11 @@ def _targets(acl: list[tuple[LayerResult, Pick]],
             "no_blunder_above_1.5x": not blunders, "blunders": blunders}
 
 
-def _row(r: LayerResult, acl: Pick, predicted: Pick, always: Pick) -> dict[str, Any]:
+def _row(r: LayerResult, acl: Pick, predicted: Pick, always: Pick, tuned: Pick,
+         ) -> dict[str, Any]:
     return {"layer": r.layer.label, "shape": str(r.layer.problem), "oracle": r.oracle,
             "acl": acl.label, "acl_regret": acl.regret, "predicted": predicted.label,
             "predicted_regret": predicted.regret, "source": predicted.source,
             "within_noise": predicted.within_noise, "reason": predicted.reason,
-            "never_abstaining": always.label, "never_abstaining_regret": always.regret}
+            "never_abstaining": always.label, "never_abstaining_regret": always.regret,
+            "tuned": tuned.label, "tuned_regret": tuned.regret}

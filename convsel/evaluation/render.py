@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..algorithms.registry import REGISTRY
+from ..policies.predicted import DEFAULT_TOP
 from .report import CV_POLICY, Report
 
 _ALGORITHM_COLOURS = {spec.id: spec.colour for spec in REGISTRY}
@@ -94,7 +95,8 @@ def table(report: Report, worst: int = 5) -> str:
     return "\n".join(lines)
 
 
-_POLICY_NAMES = {"acl": "acl", "predicted": "predicted", "predicted_never_abstaining": "no-abstain"}
+_POLICY_NAMES = {"acl": "acl", "predicted": "predicted", "predicted_never_abstaining": "no-abstain",
+                 "predicted_tuned": "tune-auto"}
 
 
 def family_table(folds: dict[str, Any]) -> str:
@@ -110,8 +112,10 @@ def family_table(folds: dict[str, Any]) -> str:
         if "error" in fold:
             lines.append(f"  {name:<13} {fold['error']}")
             continue
-        for policy in ("acl", "predicted", "predicted_never_abstaining"):
-            s = fold[policy]
+        for policy in ("acl", "predicted", "predicted_never_abstaining", "predicted_tuned"):
+            s = fold.get(policy)
+            if s is None:   # a report written before the tune-auto row
+                continue
             share = f"{s['fastest_share']:.0%}" if s["fastest_share"] is not None else "-"
             tail = ""
             if policy == "predicted":
@@ -125,6 +129,10 @@ def family_table(folds: dict[str, Any]) -> str:
                 tail = (f"  {fold['model_id']} {fold['family']} {state}; {sources}, "
                         f"{fold['abstained']} abstained; met: {', '.join(met) or '-'}; "
                         f"MISSED: {', '.join(missed) or '-'}")
+            elif policy == "predicted_tuned":
+                tail = (f"  the {fold['abstained']} abstained layers timed "
+                        f"{fold['tuned_timed_candidates']} of their "
+                        f"{fold['tuned_candidates']} candidates (top {DEFAULT_TOP} + ACL's)")
             lines.append(f"  {name if policy == 'acl' else '':<13} "
                          f"{s['layers'] if policy == 'acl' else '':>6} "
                          f"{_POLICY_NAMES[policy]:<10} "

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..algorithms import label_of
+from ..algorithms import label_of, method_for
 from ..errors import ConvselError, InvalidProblemError
 from ..policies import choose
 from ..policies.measured import from_entry
@@ -316,6 +316,23 @@ def measurement_of(entry: TuningEntry) -> Measurement:
 def pick_of(sel: Selection, m: Measurement) -> Pick:
     """What ``sel`` costs in the timings of ``m``."""
     return _pick(sel, m)
+
+
+def timed_pick(labels: Iterable[str], m: Measurement, reason: str, *, gpu: bool) -> Pick:
+    """What timing only ``labels`` of ``m``'s candidates and running the fastest of them
+    costs in ``m``'s timings: ``tune="auto"``'s answer where its own timing agrees with this
+    run's (the run's noise is charged as in :func:`pick_of`)."""
+    ran = {label: m.timings[label]["median_s"] for label in labels
+           if m.timings.get(label, {}).get("median_s") is not None}
+    if not ran:
+        return Pick("", "", None, None, "tuning-db", "", reason + " [none of them ran]")
+    label = min(ran, key=lambda k: (ran[k], k))
+    algorithm = str(m.timings[label].get("algorithm", label.split(":")[0]))
+    best = m.timings[m.fastest]["median_s"] if m.fastest else None
+    raw = ran[label] / best if best else None
+    within = raw is not None and label in m.tie
+    return Pick(label, method_for(algorithm, gpu), ran[label], 1.0 if within else raw,
+                "tuning-db", "", reason, algorithm, raw, within)
 
 
 def _pick(sel: Selection, m: Measurement) -> Pick:

@@ -35,6 +35,9 @@ from ..tuning.measure import Shortlist, candidates
 from ..verdict import TraceStep
 from .device import identity
 
+# How many of the model's best candidates tune="auto" times beside ACL's pick.
+DEFAULT_TOP = 3
+
 
 @dataclass(frozen=True)
 class PredictedPolicy:
@@ -52,7 +55,7 @@ class PredictedPolicy:
     model: StoredModel | None = None
     abstain: bool = True
     tune: bool | str = False
-    top: int = 3
+    top: int = DEFAULT_TOP
     name: ClassVar[str] = "predicted"
 
     def choose(self, problem: ConvProblem, target: Target, rules: Rules) -> Selection:
@@ -126,7 +129,8 @@ _RULES_ANSWER = "; answered from ACL's rules"
 def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Selection, *,
                      backend: str = "numpy", device: Any = None, db: Any = None,
                      model: StoredModel | None = None, policy: str = "predicted",
-                     abstain: bool = True, tune: bool = False, top: int = 3) -> Selection:
+                     abstain: bool = True, tune: bool = False, top: int = DEFAULT_TOP,
+                     ) -> Selection:
     """The model's answer for ``problem``, or ACL's (``acl``) with the reason in the trace.
 
     ``source`` is "model" with ``measurement`` holding the model's identity and the ranking,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from learn_support import entry_for, synthetic_seconds, training_problems
+from learn_support import entry_for, overhead_seconds, synthetic_seconds, training_problems
 
 from convsel.cli import main
 from convsel.evaluation.crossval import leave_one_net_out
@@ -151,3 +151,34 @@ def test_each_family_is_judged_by_a_model_that_never_saw_any_of_it(tmp_path):
     text = table(report)
     assert "leave-one-family-out" in text and "strided" in text and "MISSED" in text
     assert json.loads(json.dumps(report.to_dict()))["family_cv"]["strided"]["layers"]
+
+
+def test_tune_auto_times_the_shortlist_where_the_model_abstains(tmp_path):
+    """The family table's tune-auto row: a layer the model abstains on costs the fastest of
+    its shortlist (the model's top 3 and ACL's pick) in the fresh timings, so never more than
+    ACL's pick; every other layer costs what the predicted policy picked."""
+    from convsel.evaluation.crossval import leave_one_family_out
+    from convsel.evaluation.render import table
+
+    ident = device_identity("numpy")
+    large = [ConvProblem(1, h, h, c, 32, 7, 7, pad=3) for h in (12, 20) for c in (16, 80)]
+    train, fresh = TuningDB(tmp_path / "train.sqlite"), TuningDB(tmp_path / "fresh.sqlite")
+    train.record_many([entry_for(p, ident) for p in training_problems()])
+    layers = [Layer("l", f"l{i}", p) for i, p in enumerate(large)]
+    # the fresh run disagrees with the training's rule: ACL's pick is not the fastest
+    fresh.record_many([entry_for(x.problem, ident, cost=overhead_seconds) for x in layers])
+    report = report_from_db(layers, fresh, backend="numpy", device=ident)
+    fold = leave_one_family_out(report, train.entries(), families=["analytic"])["large-kernel"]
+    assert fold["accepted"] and fold["abstained"] == len(large)
+    assert fold["predicted_tuned"]["layers"] == len(large)
+    assert 0 < fold["tuned_timed_candidates"] < fold["tuned_candidates"]
+    for row, r in zip(fold["layers"], report.layers, strict=True):
+        timings = r.measurement.timings
+        assert row["source"] == "rules" and row["tuned"] in timings
+        assert row["tuned_regret"] <= row["acl_regret"]
+        # the fastest of what it timed: a candidate it did not time may be faster
+        assert timings[row["tuned"]]["median_s"] >= timings[r.oracle]["median_s"]
+    # timing the shortlist found faster candidates than ACL's pick here
+    assert any(row["tuned_regret"] < row["acl_regret"] for row in fold["layers"])
+    assert fold["predicted_tuned"]["geomean_regret"] < fold["predicted"]["geomean_regret"]
+    assert "tune-auto" in table(report)
