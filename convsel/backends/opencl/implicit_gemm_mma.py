@@ -220,13 +220,15 @@ def flat_reduction(p: ConvProblem) -> bool:
 
 
 def stem_channels(p: ConvProblem, math_mode: str) -> int:
-    """The channels the kernel reads: for a flat reduction (:func:`flat_reduction`) padded
-    up to one whole load unit per pixel when :data:`PAD_STEM` asks (TF32: 4 floats, 16
-    bytes; F16: 4 or 8 halves, 8 or 16 bytes); else the problem's own."""
+    """The channels the kernel reads: for a flat reduction (:func:`flat_reduction`, C < 8)
+    padded up to one whole load unit per pixel when :data:`PAD_STEM` asks (TF32: 4 floats,
+    16 bytes, where C <= 4; F16: PAD_STEM halves, or 8 where C is more: 8 or 16 bytes);
+    else the problem's own."""
     if not flat_reduction(p) or not PAD_STEM:
         return p.c
-    target = 4 if math_mode == "tf32" else PAD_STEM
-    return target if p.c <= target else p.c
+    if math_mode == "tf32":
+        return 4 if p.c <= 4 else p.c
+    return PAD_STEM if p.c <= PAD_STEM else 8
 
 
 def least_padding_slices(reduction: int, per_word: int) -> list[int]:

@@ -457,7 +457,7 @@ def test_tap_masks_emulated(rt, monkeypatch):
 
 
 STEMS = [EMULATED[2], EMULATED[6], EMULATED[8],
-         EMULATED[8].replace(dtype="F32", fast_math=True)]
+         EMULATED[8].replace(dtype="F32", fast_math=True), EMULATED[8].replace(c=6)]
 
 
 @pytest.mark.parametrize("pad", [0, 4, 8])
@@ -467,7 +467,7 @@ def test_padded_stem_emulated(rt, monkeypatch, pad):
     copies) and split; unpadded (0) the word gather, where cp.async is refused."""
     monkeypatch.setattr(igm, "PAD_STEM", pad)
     for p in STEMS:
-        want = p.c if not pad else 4 if p.dtype == "F32" else pad
+        want = p.c if not pad else 4 if p.dtype == "F32" else pad if p.c <= pad else 8
         for extra in ({"mma": (32, 32, 1, 1)},
                       {"mma": (32, 64, 1, 2), "load": "async", "slice": 16, "stages": 3},
                       {"mma": (32, 64, 1, 2), "load": "async", "split": 2, "slice": 16},
@@ -703,6 +703,9 @@ def test_padded_stem_on_tensor_cores(dtype, pad, monkeypatch):
     refused = "8-byte" if not pad else None           # cp.async of an unpadded stem
     checked = sum(_native_case(q.replace(dtype=dtype, fast_math=dtype == "F32"), runtime,
                                seed=i, refused=refused) for i, q in enumerate(stems))
+    # C = 6 (F16: padded to 8; TF32: not padded, staged by registers only)
+    checked += _native_case(stems[2].replace(c=6, dtype=dtype, fast_math=dtype == "F32"),
+                            runtime, seed=5, refused=refused)
     if pad == 8:
         monkeypatch.setattr(igm, "GROUP_M", 8)
         wide = ConvProblem(2, 56, 56, 64, 256, 1, 1, dtype=dtype, fast_math=dtype == "F32")
