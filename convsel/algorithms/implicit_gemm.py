@@ -272,13 +272,10 @@ def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
     # refuses it otherwise)
     flat = p.kh * p.kw > 1 and p.c < 8          # one flat reduction (the stem)
     if flat:
-        # staged by registers, and by cp.async where the backend pads the stem's pixels to
-        # whole 8- or 16-byte units (implicit_gemm_mma.PAD_STEM: F16 to 4 or 8 halves, TF32
-        # to 4 floats where C <= 4; refused where it does not)
-        padded = math_mode == "f16" or p.c <= 4
-        return ([{"math": math_mode, "mma": t} for t in tiles]
-                + [{"math": math_mode, "mma": t, "load": "async"} for t in tiles
-                   if t in MMA_ASYNC_TILES and padded])
+        # staged by registers: the backend pads the stem's pixels to whole 8- or 16-byte
+        # units (implicit_gemm_mma.PAD_STEM), which cp.async could then copy (when named),
+        # but on the H100 it did not beat registers on ResNet-50's stem (NOTES-gpu.md, v8)
+        return [{"math": math_mode, "mma": t} for t in tiles]
     if p.c % (4 * (2 if math_mode == "f16" else 1)) != 0:
         return [{"math": math_mode, "mma": t} for t in tiles]
     tc: list[dict[str, Any]] = [{"math": math_mode, "mma": t} for t in tiles

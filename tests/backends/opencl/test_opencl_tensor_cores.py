@@ -609,18 +609,14 @@ def _resnet50() -> list[Layer]:
 
 
 def _native_case(p: ConvProblem, runtime, seed: int = 0, bias: bool = True,
-                 refused: str | None = None) -> int:
-    """Every declared variant of ``p`` natively, against float64 on the exact inputs; the
-    number checked. Prints one line per variant (the device log). ``refused``: variants the
-    backend refuses with a reason containing it are left out (any other refusal fails)."""
+                 variants: list[dict] | None = None) -> int:
+    """Every declared variant of ``p`` (or those named) natively, against float64 on the
+    exact inputs; the number checked. Prints one line per variant (the device log)."""
     x, w, b = _data(p, seed, bias)
     ref = conv2d_reference(p, x, w, b)
     scale = _scale(p, x, w, b)
-    variants = [v for v in algorithms.variants("implicit_gemm", p, RULES) if "math" in v]
-    if refused is not None:
-        variants = [v for v in variants
-                    if igm.supports(p, v, runtime).ok
-                    or refused not in igm.supports(p, v, runtime).reason]
+    if variants is None:
+        variants = [v for v in algorithms.variants("implicit_gemm", p, RULES) if "math" in v]
     assert variants, p
     for params in variants:
         config = igm.configure(p, params, runtime)
@@ -693,19 +689,23 @@ def test_tap_masks_on_tensor_cores(dtype, monkeypatch):
 @pytest.mark.parametrize("pad", [0, 4, 8])
 def test_padded_stem_on_tensor_cores(dtype, pad, monkeypatch):
     """PAD_STEM natively (v8): ResNet-50's stem and SqueezeNet's 3x3/2 stem of 3 channels,
-    and a dilated one, every variant (cp.async included where padded), and the launch order
+    a dilated one and one of 6 channels, every declared variant and cp.async (named) where
+    padded, and the launch order
     grouped along M on a layer of several block columns, within the bound."""
     runtime = tensor_core_runtime()
     monkeypatch.setattr(igm, "PAD_STEM", pad)
     stems = [ConvProblem(2, 224, 224, 3, 64, 7, 7, stride=2, pad=3),
              ConvProblem(2, 224, 224, 3, 64, 3, 3, stride=2),
              ConvProblem(1, 31, 29, 3, 24, 3, 5, pad=(2, 1, 0, 3), dilation=(2, 1))]
-    refused = "8-byte" if not pad else None           # cp.async of an unpadded stem
-    checked = sum(_native_case(q.replace(dtype=dtype, fast_math=dtype == "F32"), runtime,
-                               seed=i, refused=refused) for i, q in enumerate(stems))
-    # C = 6 (F16: padded to 8; TF32: not padded, staged by registers only)
-    checked += _native_case(stems[2].replace(c=6, dtype=dtype, fast_math=dtype == "F32"),
-                            runtime, seed=5, refused=refused)
+    stems.append(stems[2].replace(c=6))      # F16: padded to 8; TF32: not padded
+    checked = 0
+    for i, q in enumerate(stems):
+        q = q.replace(dtype=dtype, fast_math=dtype == "F32")
+        checked += _native_case(q, runtime, seed=i)
+        # and staged by cp.async (named: not offered), where the stem is padded
+        if igm.configure(q, {"math": _math(q)}, runtime).channels != q.c:
+            named = {"math": _math(q), "mma": (128, 64, 2, 2), "load": "async"}
+            checked += _native_case(q, runtime, seed=i, variants=[named])
     if pad == 8:
         monkeypatch.setattr(igm, "GROUP_M", 8)
         wide = ConvProblem(2, 56, 56, 64, 256, 1, 1, dtype=dtype, fast_math=dtype == "F32")
