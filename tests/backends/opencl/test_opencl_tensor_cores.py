@@ -690,8 +690,8 @@ def test_tap_masks_on_tensor_cores(dtype, monkeypatch):
 def test_padded_stem_on_tensor_cores(dtype, pad, monkeypatch):
     """PAD_STEM natively (v8): ResNet-50's stem and SqueezeNet's 3x3/2 stem of 3 channels,
     a dilated one and one of 6 channels, every declared variant and cp.async (named) where
-    padded, and the launch order
-    grouped along M on a layer of several block columns, within the bound."""
+    padded, and the launch order grouped along M on a layer of several block columns, within
+    the bound."""
     runtime = tensor_core_runtime()
     monkeypatch.setattr(igm, "PAD_STEM", pad)
     stems = [ConvProblem(2, 224, 224, 3, 64, 7, 7, stride=2, pad=3),
