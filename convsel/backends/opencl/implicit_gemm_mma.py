@@ -89,10 +89,14 @@ TAP_MASK = False
 # The stem (a flat reduction of few channels, the RGB 7x7 conv1) with its input padded to
 # PAD_STEM channels (4 or 8; TF32 always 4) by a pad step (pad_channels) and its weights with
 # zero channels on the host, so that each load unit is one tap's whole pixel (an 8- or 16-byte
-# load, or cp.async) instead of word-by-word element gathers; 0: not padded. v8.
+# load, or cp.async) instead of word-by-word element gathers; 0: not padded. On the H100
+# (benchmarks/NOTES-gpu.md, v8; ResNet-50 conv1 b32, the pad step's time included) 4 made the
+# fastest TF32 variant 1.57x and the fastest F16 one 1.32x faster; 8 (F16) less so.
 PAD_STEM = 4
 # The work-groups' order (GROUP_M block rows per block column, so that neighbouring
-# work-groups share operand tiles in L2), or None for the launch's own order. v8's knob.
+# work-groups share operand tiles in L2), or None for the launch's own order. A knob for the
+# ablation: on the H100 (v8) 8 and 32 lost 1-6% with 128x64x2x2 and won ~4% only with
+# 128x128x2x2 in TF32 (every ResNet-50 b32 operand fits the L2 anyway).
 GROUP_M: int | None = None
 # Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
