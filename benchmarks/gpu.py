@@ -378,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             meta["adopted"] = adopt_v6(meta["ablation"])
         if args.ablation == "stages":
             meta["adopted"] = adopt_stages(meta["ablation"])
+        if args.ablation == "v8":
+            meta["adopted"] = adopt_v8(meta["ablation"])
     if args.diagnose and mma.tensor_cores(runtime).ok:
         meta["diagnosis"] = diagnose(torch, runtime, args)
     out = args.out or ROOT / "benchmarks" / "results" / "gpu.json"
@@ -630,6 +632,26 @@ MASK_STEPS = tuple((f"{'x'.join(map(str, t))} {name}", {**ASYNC, "mma": t}, knob
                    for name, knobs in (("(v6)", {}), ("+tap mask", {"TAP_MASK": True})))
 MASK_LAYERS = ("layer1.{0,1,2}.conv2", "layer2.{1,2,3}.conv2", "layer3.0.conv2",
                "layer3.{1..5}.conv2", "layer4.{1,2}.conv2")
+# v8: the stem's input padded to whole-pixel load units (PAD_STEM 4 or 8 channels, the pad
+# step's time included) against v7's word gather, staged by registers and by cp.async (conv1
+# only); and the work-groups' order grouped along M (GROUP_M) on the layers of several block
+# columns (N > BN) and large M. Each step names the layers it runs on; the run then goes on
+# with the PAD_STEM and GROUP_M fastest in geometric mean (meta["adopted"]).
+STEM = ("conv1",)
+WIDE = ("layer1.{0,1,2}.conv3", "layer2.0.conv1", "layer2.{0..3}.conv3", "layer2.0.downsample",
+        "layer3.{0..5}.conv3")
+T12864 = (128, 64, 2, 2)
+V8_STEPS = (
+    *((f"stem {'x'.join(map(str, t))} reg pad {pad}", {"mma": t, "load": "registers"},
+       {"PAD_STEM": pad}, STEM)
+      for t in ((128, 64, 2, 2), (128, 64, 4, 2), T128) for pad in (0, 4, 8)),
+    *((f"stem {'x'.join(map(str, t))} async pad {pad}", {"mma": t, "load": "async"},
+       {"PAD_STEM": pad}, STEM)
+      for t in (T12864, T128, T64) for pad in (4, 8)),
+    *((f"{'x'.join(map(str, t))} async order {g or 'launch'}", {**ASYNC, "mma": t},
+       {"GROUP_M": g}, WIDE)
+      for t in (T12864, T128) for g in (None, 8, 32)),
+)
 ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "epilogue": (EPILOGUE_STEPS, EPILOGUE_LAYERS),
              "v6": (V6_STEPS, V6_LAYERS),
@@ -637,7 +659,8 @@ ABLATIONS = {"pipeline": (ABLATION_STEPS, ABLATION_LAYERS),
              "v7": (V7_STEPS, V7_LAYERS),
              "caps": (CAPS_STEPS, V7_LAYERS),
              "l1": (L1_STEPS, V7_LAYERS),
-             "mask": (MASK_STEPS, MASK_LAYERS)}
+             "mask": (MASK_STEPS, MASK_LAYERS),
+             "v8": (V8_STEPS, STEM + WIDE)}
 
 
 def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
@@ -662,7 +685,9 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             w = (rng.standard_normal(p.weights_shape) / math.sqrt(p.kh * p.kw * p.c)).astype(npd)
             ref, scale = reference64(torch, p, x, w)
             times = {}
-            for name, step, knobs in steps:
+            for name, step, knobs, *only in steps:
+                if only and not layer.name.startswith(only[0]):
+                    continue                    # a step of other layers (v8)
                 params = {"math": math_mode, "mma": ABLATION_TILE, **step}
                 saved = {k: getattr(igm, k) for k in knobs}
                 for k, v in knobs.items():
@@ -681,7 +706,7 @@ def ablation(torch: Any, runtime: Any, rules: Any, args: argparse.Namespace,
             del ref, scale
             cells = " ".join(f"{t * 1e3:7.3f}" if t else "      -" for t in times.values())
             print(f"  {layer.name[:28]:<28} {math_mode}: {cells}", flush=True)
-    print("  columns: " + " | ".join(name for name, _, _ in steps), flush=True)
+    print("  columns: " + " | ".join(step[0] for step in steps), flush=True)
     return rows
 
 
@@ -806,6 +831,43 @@ def adopt_stages(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                              for c, v in means.items())
               + f" ms over {len(whole)} pairs: running with {best[0]}w {best[1]}st", flush=True)
     return adopted
+
+
+def adopt_v8(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """After the "v8" ablation: PAD_STEM (0, 4 or 8) by the geometric mean over TF32 and F16
+    of the stem's fastest correct time at each value (the pad step's time included), and
+    GROUP_M (None, 8, 32) by the geometric mean of its times on each tile over the layers
+    where every value ran correctly, kept only if it beats the launch order by more than 2%;
+    set in implicit_gemm_mma for the rest of the run."""
+    from convsel.backends.opencl import implicit_gemm_mma as igm
+
+    stem: dict[int, dict[str, float]] = {}
+    order: dict[Any, dict[tuple[str, str, str], float]] = {}
+    for r in rows:
+        if not r.get("correct"):
+            continue
+        if "PAD_STEM" in r["knobs"]:
+            best = stem.setdefault(r["knobs"]["PAD_STEM"], {})
+            best[r["math"]] = min(best.get(r["math"], math.inf), r["kernel_s"])
+        elif "GROUP_M" in r["knobs"]:
+            tile = r["step"].split()[0]
+            order.setdefault(r["knobs"]["GROUP_M"], {})[(r["layer"], r["math"], tile)] = \
+                r["kernel_s"]
+    pads = {pad: geomean(list(t.values())) for pad, t in stem.items() if len(t) == 2}
+    if pads:
+        igm.PAD_STEM = min(pads, key=lambda k: pads[k] or math.inf)
+    common = set.intersection(*(set(t) for t in order.values())) if order else set()
+    groups = {g: geomean([t[k] for k in sorted(common)]) for g, t in order.items()}
+    launch = groups.get(None)
+    best_g = min(groups, key=lambda k: groups[k] or math.inf) if groups else None
+    if launch and best_g is not None and (groups[best_g] or math.inf) < 0.98 * launch:
+        igm.GROUP_M = best_g
+    out = {"PAD_STEM": igm.PAD_STEM, "GROUP_M": igm.GROUP_M,
+           "stem_geomean_ms_by_pad": {k: v * 1e3 if v else None for k, v in pads.items()},
+           "geomean_ms_by_group_m": {str(k): v * 1e3 if v else None
+                                     for k, v in groups.items()}}
+    print(f"adopted for the run: {out}", flush=True)
+    return out
 
 
 def write(out: Path, meta: dict, rows: list, left: list, started: float) -> None:

@@ -5,7 +5,7 @@
 # memory (benchmarks/gpu_local_memory.py), the mma.sync ceiling and benchmarks/gpu.py, each step
 # with its own time limit so that one failing step still leaves the others' output.
 #
-#   [REGISTERS_S=40] bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] \
+#   [REGISTERS_S=40] [TESTS_K='pytest -k expression'] bash benchmarks/gpu_tensor_cores.sh WHEELS_DIR OUT_DIR [TEST_S] [BENCH_S] \
 #       [gpu.py args...]
 #
 # WHEELS_DIR holds pyopencl and the other wheels the device lacks (benchmarks/NOTES-gpu.md).
@@ -42,9 +42,10 @@ timeout $((${REGISTERS_S:-40} + 50)) python3 benchmarks/gpu_mma_registers.py \
 # time, and that runs on the CPU
 echo "== tensor-core tests"
 tests=tests/backends/opencl/test_opencl_tensor_cores.py
-timeout "$test_s" python3 -m pytest $tests -q -s -p no:cacheprovider -rs -k "not F16" \
+sel=${TESTS_K:+ and ($TESTS_K)}
+timeout "$test_s" python3 -m pytest $tests -q -s -p no:cacheprovider -rs -k "not F16$sel" \
     > "$out/tensor-core-tests-f32.log" 2>&1 &
-timeout "$test_s" python3 -m pytest $tests -q -s -p no:cacheprovider -rs -k "F16" \
+timeout "$test_s" python3 -m pytest $tests -q -s -p no:cacheprovider -rs -k "F16$sel" \
     > "$out/tensor-core-tests-f16.log" 2>&1
 wait
 cat "$out/tensor-core-tests-f32.log" "$out/tensor-core-tests-f16.log" \

@@ -270,8 +270,13 @@ def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
     # the pipeline is the backend's choice (registers unless "load" is named), and the tiles of
     # MMA_ASYNC_TILES once more staged by cp.async where 16-byte loads fit C (the backend
     # refuses it otherwise)
-    flat = p.kh * p.kw > 1 and p.c < 8          # one flat reduction, loaded word by word
-    if p.c % (4 * (2 if math_mode == "f16" else 1)) != 0 or flat:
+    flat = p.kh * p.kw > 1 and p.c < 8          # one flat reduction (the stem)
+    if flat:
+        # staged by registers: the backend pads the stem's pixels to whole 8- or 16-byte
+        # units (implicit_gemm_mma.PAD_STEM), which cp.async could then copy (when named),
+        # but on the H100 it did not beat registers on ResNet-50's stem (NOTES-gpu.md, v8)
+        return [{"math": math_mode, "mma": t} for t in tiles]
+    if p.c % (4 * (2 if math_mode == "f16" else 1)) != 0:
         return [{"math": math_mode, "mma": t} for t in tiles]
     tc: list[dict[str, Any]] = [{"math": math_mode, "mma": t} for t in tiles
                                 if t not in MMA_REGISTER_TWINS_DROPPED]

@@ -86,6 +86,18 @@ ROLL_KSTEPS = False
 # kept as a bit (TAP_MASK) instead of on every slice's copies (a tap of C channels takes
 # C / slice channels slices). A knob for the ablation (v7).
 TAP_MASK = False
+# The stem (a flat reduction of few channels, the RGB 7x7 conv1) with its input padded to
+# PAD_STEM channels (4 or 8; TF32 always 4) by a pad step (pad_channels) and its weights with
+# zero channels on the host, so that each load unit is one tap's whole pixel (an 8- or 16-byte
+# load, or cp.async) instead of word-by-word element gathers; 0: not padded. On the H100
+# (benchmarks/NOTES-gpu.md, v8; ResNet-50 conv1 b32, the pad step's time included) 4 made the
+# fastest TF32 variant 1.57x and the fastest F16 one 1.32x faster; 8 (F16) less so.
+PAD_STEM = 4
+# The work-groups' order (GROUP_M block rows per block column, so that neighbouring
+# work-groups share operand tiles in L2), or None for the launch's own order. A knob for the
+# ablation: on the H100 (v8) 8 and 32 lost 1-6% with 128x64x2x2 and won ~4% only with
+# 128x128x2x2 in TF32 (every ResNet-50 b32 operand fits the L2 anyway).
+GROUP_M: int | None = None
 # Diagnosis only, never in use (benchmarks/gpu.py --diagnose; the results are wrong by
 # design): "no_loads" builds the kernel without its cp.async copies, "no_mma" without its
 # mma.sync, to see which part bounds a layer's time.
@@ -121,6 +133,7 @@ class MmaConfig:
     splits: int
     slices: int               # of the whole reduction (all splits)
     warps_k: int = 1          # warps sharing each warp tile (sliced K)
+    channels: int = 0         # C as the kernel reads it: the padded stem's, else the problem's
 
     @property
     def threads(self) -> int:
@@ -210,6 +223,18 @@ def flat_reduction(p: ConvProblem) -> bool:
     return p.kh * p.kw > 1 and p.c < 8
 
 
+def stem_channels(p: ConvProblem, math_mode: str) -> int:
+    """The channels the kernel reads: for a flat reduction (:func:`flat_reduction`, C < 8)
+    padded up to one whole load unit per pixel when :data:`PAD_STEM` asks (TF32: 4 floats,
+    16 bytes, where C <= 4; F16: PAD_STEM halves, or 8 where C is more: 8 or 16 bytes);
+    else the problem's own."""
+    if not flat_reduction(p) or not PAD_STEM:
+        return p.c
+    if math_mode == "tf32":
+        return 4 if p.c <= 4 else p.c
+    return PAD_STEM if p.c <= PAD_STEM else 8
+
+
 def least_padding_slices(reduction: int, per_word: int) -> list[int]:
     """The slice widths (words) ordered by the zero padding they add to a flat reduction of
     ``reduction`` elements, the wider first among equals (fewer barriers)."""
@@ -277,7 +302,8 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
                      else default_tile(runtime, m, p.k))
     per_word = elements_per_word(math_mode)
     flat = flat_reduction(p)
-    reduction = p.kh * p.kw * p.c
+    channels = stem_channels(p, math_mode)
+    reduction = p.kh * p.kw * channels
     extent = max(p.h, p.w) + max(p.pad) + max((p.kh - 1) * p.dilation[0],
                                               (p.kw - 1) * p.dilation[1])
     if extent >= MAX_EXTENT:
@@ -286,6 +312,8 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
                                f"{p.kh}x{p.kw} reach {extent}, at most {MAX_EXTENT - 1}",
                                algorithm=ALGORITHM, backend="opencl")
     unit = 4 if not flat and p.c % (4 * per_word) == 0 else 1
+    if flat and channels in (4 * per_word, 2 * per_word) and channels % per_word == 0:
+        unit = channels // per_word               # one tap's whole pixel per load unit
     widths = least_padding_slices(reduction, per_word) if flat else None
     slice_words, load, stages = pipeline(tile, resolved, local_memory_limit(runtime),
                                          widths, None if flat else p.c, per_word)
@@ -293,13 +321,14 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
         raise UnsupportedError("slice 64 swizzles 16-byte chunks for ldmatrix; the pair loads "
                                "(LDMATRIX off) know 16 and 32", algorithm=ALGORITHM,
                                backend="opencl")
-    if load == "async" and unit != 4:
-        raise UnsupportedError(f"load 'async' copies 16 bytes: C={p.c} is not a multiple of "
-                               f"{4 * per_word}", algorithm=ALGORITHM, backend="opencl")
+    if load == "async" and unit == 1:
+        raise UnsupportedError(f"load 'async' copies 16 bytes (or a padded stem's 8-byte "
+                               f"pixels): C={p.c} is not a multiple of {4 * per_word}",
+                               algorithm=ALGORITHM, backend="opencl")
     if not (2 <= stages <= 4 if load == "async" else 1 <= stages <= 2):
         raise UnsupportedError(f"load {load!r} with {stages} stage(s): async keeps 2 to 4, "
                                "registers 1 or 2", algorithm=ALGORITHM, backend="opencl")
-    per_tap = reduction if flat else p.c
+    per_tap = reduction if flat else channels
     slices = (1 if flat else p.kh * p.kw) * -(-per_tap // (slice_words * per_word))
     split = resolved.get("split")
     splits = int(split) if split is not None else default_splits(runtime, m, p.k, tile,
@@ -308,7 +337,7 @@ def configure(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
         raise UnsupportedError(f"split {splits}: the reduction has {slices} slices; choose "
                                f"1..{slices}", algorithm=ALGORITHM, backend="opencl")
     return MmaConfig(math_mode, tile, slice_words, load, stages, unit, flat, splits,
-                     slices, int(resolved.get("warps_k") or 1))
+                     slices, int(resolved.get("warps_k") or 1), channels)
 
 
 def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
@@ -347,7 +376,8 @@ def _emulated_here(runtime: Runtime) -> bool:
 def _plan(p: ConvProblem, config: MmaConfig) -> BufferPlan:
     m = p.n * p.out_h * p.out_w
     partial = 0 if config.splits == 1 else config.splits * m * p.k
-    return io_plan(p).add("partial", partial, 4)
+    padded = p.n * p.h * p.w * config.channels if config.channels != p.c else 0
+    return io_plan(p).add("partial", partial, 4).add("padded", padded, p.element_size)
 
 
 def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
@@ -361,7 +391,8 @@ def build_options(p: ConvProblem, config: MmaConfig, bias: np.ndarray | None,
                f"-DASYNC={int(config.load == 'async')}", f"-DUW={config.unit_words}",
                f"-DLDSM={int(LDMATRIX)}"]
     options += prog.geometry_options(p) + prog.activation_options(p) + bias_options(bias)
-    options += ["-DFLAT", f"-DCIN={p.c}"] if config.flat else []
+    options += ["-DFLAT", f"-DCIN={config.channels}", f"-DCSRC={p.c}"] if config.flat else []
+    options += [f"-DGROUP_M={GROUP_M}"] if GROUP_M else []
     options += [f"-DCP_L1_B={int(CP_ASYNC_L1_B)}"] if CP_ASYNC_L1_B is not None else []
     options += [f"-DCP_L1={int(CP_ASYNC_L1)}", f"-DFRAG2={int(FRAG2)}",
                 f"-DSTAGE_OUT={int(STAGE_OUT)}"]
@@ -434,6 +465,8 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     program = runtime.program(source, tuple(options))
     # OHWI as it comes: each output channel's KH*KW*C weights contiguous (B's columns).
     weights = np.ascontiguousarray(w, dtype=dtype)
+    if config.channels != p.c:      # the padded stem: zero weights for the zero channels
+        weights = np.pad(weights, [(0, 0)] * 3 + [(0, config.channels - p.c)])
     if "-DB_ROUNDED" in options:
         weights = tf32_rounded(weights)
     w_dev = runtime.buffer(0, weights)
@@ -441,18 +474,28 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     x_dev = runtime.buffer(plan.sizes["x"])
     y_dev = runtime.buffer(plan.sizes["y"])
     part = runtime.buffer(plan.sizes["partial"]) if config.splits > 1 else runtime.buffer(4)
+    steps = []
+    x_read = x_dev
+    if config.channels != p.c:
+        # the padded stem's input, one pixel per work-item, before the convolution
+        x_read = runtime.buffer(plan.sizes["padded"])
+        pixels = p.n * p.h * p.w
+        pad = bind(program, "pad_channels", [x_dev, x_read, pixels])
+        steps.append(Step("pad_channels", pad, (pixels, 1, 1),
+                          prog.config_id("pad_channels", p, options, [pixels])))
     m, n = p.n * p.out_h * p.out_w, p.k
-    extents = [m, n, p.c, p.h, p.w, p.out_h, p.out_w, p.pad[0], p.pad[2], config.splits]
-    kernel = bind(program, "implicit_gemm_mma", [x_dev, w_dev, b_dev, y_dev, part, *extents])
+    extents = [m, n, config.channels, p.h, p.w, p.out_h, p.out_w, p.pad[0], p.pad[2],
+               config.splits]
+    kernel = bind(program, "implicit_gemm_mma", [x_read, w_dev, b_dev, y_dev, part, *extents])
     bm, bn = config.tile[:2]
     gws = (-(-n // bn) * config.threads, -(-m // bm), config.splits)
     name = f"implicit_gemm_{config.math}"
-    steps = [Step(name, kernel, gws, prog.config_id(name, p, options, extents))]
+    steps.append(Step(name, kernel, gws, prog.config_id(name, p, options, extents)))
     if config.splits > 1:
         red_ext = [m, n, n, 0, 0, config.splits]
         reduce = bind(program, "splitk_reduce", [part, b_dev, y_dev, *red_ext])
         steps.append(Step("splitk_reduce", reduce, (n, m, 1),
                           prog.config_id("splitk_reduce", p, options, red_ext)))
-    workspace = plan.sizes["partial"]
+    workspace = plan.sizes["partial"] + plan.sizes["padded"]
     return OpenCLKernel(runtime, p, x_dev, y_dev, steps, workspace,
-                        keep=[w_dev, b_dev, part])
+                        keep=[w_dev, b_dev, part, x_read])

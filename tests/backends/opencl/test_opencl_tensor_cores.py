@@ -456,6 +456,53 @@ def test_tap_masks_emulated(rt, monkeypatch):
             _tight_check(q, params, rt, x, w, b, y, config.splits)
 
 
+STEMS = [EMULATED[2], EMULATED[6], EMULATED[8],
+         EMULATED[8].replace(dtype="F32", fast_math=True), EMULATED[8].replace(c=6)]
+
+
+@pytest.mark.parametrize("pad", [0, 4, 8])
+def test_padded_stem_emulated(rt, monkeypatch, pad):
+    """PAD_STEM: the flat stem's input padded to whole-pixel load units by the pad step (its
+    weights with zero channels on the host), staged by registers, by cp.async (8- or 16-byte
+    copies) and split; unpadded (0) the word gather, where cp.async is refused."""
+    monkeypatch.setattr(igm, "PAD_STEM", pad)
+    for p in STEMS:
+        want = p.c if not pad else 4 if p.dtype == "F32" else pad if p.c <= pad else 8
+        for extra in ({"mma": (32, 32, 1, 1)},
+                      {"mma": (32, 64, 1, 2), "load": "async", "slice": 16, "stages": 3},
+                      {"mma": (32, 64, 1, 2), "load": "async", "split": 2, "slice": 16},
+                      {"mma": (64, 32, 2, 1), "split": 2, "slice": 16}):
+            params = {"math": _math(p), **extra}
+            if "split" in extra:        # a reduction of one slice has no split
+                one = igm.configure(p, {**params, "split": 1, "load": "registers"}, rt, True)
+                params["split"] = min(extra["split"], one.slices)
+            if not pad and extra.get("load") == "async":
+                assert "8-byte" in igm.supports(p, params, rt, emulate=True).reason
+                continue
+            config = igm.configure(p, params, rt, emulate=True)
+            assert config.flat and config.channels == want
+            x, w, b, y, kernel = _run(p, params, rt, emulate=True)
+            assert (kernel.steps[0].name == "pad_channels") == (want != p.c)
+            _tight_check(p, params, rt, x, w, b, y, config.splits)
+            ref = conv2d_reference(p, x, w, b)
+            bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c, config.splits)
+            assert np.max(np.abs(y - ref) / _scale(p, x, w, b)) <= bound
+
+
+@pytest.mark.parametrize("group_m", [None, 3])
+def test_grouped_block_order_emulated(rt, monkeypatch, group_m):
+    """GROUP_M: the work-groups' order regrouped along M (a last group of fewer block rows,
+    several block columns, split-K) covers every output tile once."""
+    monkeypatch.setattr(igm, "GROUP_M", group_m)
+    for p in (EMULATED[0].replace(n=3), EMULATED[4].replace(n=3)):
+        for extra in ({"mma": (32, 32, 1, 1)}, {"mma": (32, 32, 1, 1), "split": 2}):
+            params = {"math": _math(p), **extra}
+            config = igm.configure(p, params, rt, emulate=True)
+            assert ("-DGROUP_M=3" in igm.build_options(p, config, None, True)) == bool(group_m)
+            x, w, b, y, _ = _run(p, params, rt, emulate=True)
+            _tight_check(p, params, rt, x, w, b, y, config.splits)
+
+
 # 1x1 (rows past M only: NO_BOUNDS) and C whole slices (C_WHOLE), M with a tail; a padded,
 # strided 3x3 (bounds kept; C_WHOLE only where C is whole slices)
 SPECIALISED = [ConvProblem(2, 5, 7, 64, 24, 1, 1, fast_math=True),
@@ -561,13 +608,15 @@ def _resnet50() -> list[Layer]:
     return distinct(layers)
 
 
-def _native_case(p: ConvProblem, runtime, seed: int = 0, bias: bool = True) -> int:
-    """Every declared variant of ``p`` natively, against float64 on the exact inputs; the
-    number checked. Prints one line per variant (the device log)."""
+def _native_case(p: ConvProblem, runtime, seed: int = 0, bias: bool = True,
+                 variants: list[dict] | None = None) -> int:
+    """Every declared variant of ``p`` (or those named) natively, against float64 on the
+    exact inputs; the number checked. Prints one line per variant (the device log)."""
     x, w, b = _data(p, seed, bias)
     ref = conv2d_reference(p, x, w, b)
     scale = _scale(p, x, w, b)
-    variants = [v for v in algorithms.variants("implicit_gemm", p, RULES) if "math" in v]
+    if variants is None:
+        variants = [v for v in algorithms.variants("implicit_gemm", p, RULES) if "math" in v]
     assert variants, p
     for params in variants:
         config = igm.configure(p, params, runtime)
@@ -634,6 +683,34 @@ def test_tap_masks_on_tensor_cores(dtype, monkeypatch):
     checked += sum(_native_case(p, runtime, seed=i)
                    for i, p in enumerate(_random_problems(3, dtype, 71)))
     assert len(layers) == 3 and checked >= 12
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+@pytest.mark.parametrize("pad", [0, 4, 8])
+def test_padded_stem_on_tensor_cores(dtype, pad, monkeypatch):
+    """PAD_STEM natively (v8): ResNet-50's stem and SqueezeNet's 3x3/2 stem of 3 channels,
+    a dilated one and one of 6 channels, every declared variant and cp.async (named) where
+    padded, and the launch order grouped along M on a layer of several block columns, within
+    the bound."""
+    runtime = tensor_core_runtime()
+    monkeypatch.setattr(igm, "PAD_STEM", pad)
+    stems = [ConvProblem(2, 224, 224, 3, 64, 7, 7, stride=2, pad=3),
+             ConvProblem(2, 224, 224, 3, 64, 3, 3, stride=2),
+             ConvProblem(1, 31, 29, 3, 24, 3, 5, pad=(2, 1, 0, 3), dilation=(2, 1))]
+    stems.append(stems[2].replace(c=6))      # F16: padded to 8; TF32: not padded
+    checked = 0
+    for i, q in enumerate(stems):
+        q = q.replace(dtype=dtype, fast_math=dtype == "F32")
+        checked += _native_case(q, runtime, seed=i)
+        # and staged by cp.async (named: not offered), where the stem is padded
+        if igm.configure(q, {"math": _math(q)}, runtime).channels != q.c:
+            named = {"math": _math(q), "mma": (128, 64, 2, 2), "load": "async"}
+            checked += _native_case(q, runtime, seed=i, variants=[named])
+    if pad == 8:
+        monkeypatch.setattr(igm, "GROUP_M", 8)
+        wide = ConvProblem(2, 56, 56, 64, 256, 1, 1, dtype=dtype, fast_math=dtype == "F32")
+        checked += _native_case(wide, runtime, bias=False)
+    assert checked >= 6
 
 
 def test_the_probe_passes_on_an_nvidia_gpu_of_capability_8():

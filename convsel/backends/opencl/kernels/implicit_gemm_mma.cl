@@ -31,6 +31,12 @@
 // elements, zero-padded to whole slices only at its end (R = 147 takes 160 in slices of 16 or
 // 32 channels, where one tap per slice took 7*32 or 7*64): each element's tap is decoded from
 // r, with C known at build time (CIN) so that the divisions are by constants.
+// FLAT with CIN = UE (the stem's input padded to 4 or 8 channels by pad_channels below, its
+// weights with zeros on the host; v8): each load unit is one tap's whole pixel, one 8- or
+// 16-byte load (UW 2 or 4) with one bounds check, instead of word-by-word element gathers;
+// cp.async copies it (UW * 4 bytes).
+// GROUP_M (v8): the work-groups' linear order visits GROUP_M block rows (M) for each block
+// column (N) before moving on, so that neighbouring work-groups share B's and A's tiles in L2.
 // Split-K (splits > 1): group z sums its share of the slices into part[z][M][N]; splitk.cl
 // adds them up and applies the epilogue.
 //
@@ -92,11 +98,17 @@
 #else
 #define OUT_STAGED 0
 #endif
-#if defined(FLAT) && (UW != 1 || !defined(CIN))
-#error "FLAT gathers one word at a time (UW 1) and needs C at build time (CIN)"
+#if defined(FLAT) && !defined(CIN)
+#error "FLAT needs C at build time (CIN)"
 #endif
-#if ASYNC && UW != 4
-#error "cp.async copies 16 bytes: ASYNC needs UW 4"
+// FLAT_UNIT: the padded stem, a load unit holds exactly one tap's channels
+#if defined(FLAT) && UW * ELEMS_PER_WORD == CIN
+#define FLAT_UNIT 1
+#elif defined(FLAT) && UW != 1
+#error "FLAT gathers one word at a time (UW 1), or one tap's whole pixel (UW * elements = CIN)"
+#endif
+#if ASYNC && UW != 4 && !(defined(FLAT_UNIT) && UW == 2)
+#error "cp.async copies 16 bytes (UW 4), or a padded stem's 8-byte pixels (UW 2)"
 #endif
 #if ASYNC && (STAGES < 2 || STAGES > 4)
 #error "ASYNC keeps 2 to 4 stages"
@@ -191,6 +203,9 @@
 #if UW == 4
 #define UNIT_T uint4
 #define UNIT_ZERO ((uint4)(0u))
+#elif UW == 2
+#define UNIT_T uint2
+#define UNIT_ZERO ((uint2)(0u))
 #else
 #define UNIT_T uint
 #define UNIT_ZERO 0u
@@ -221,7 +236,7 @@
 // barrier after CP_WAIT() still orders it before any warp reads the stage.
 static inline void cp_async16(__local uint* dst, __global const uint* src, int bytes,
                               const int l1) {
-    *(__local uint4*)dst = bytes ? *(__global const uint4*)src : (uint4)(0u);
+    *(__local UNIT_T*)dst = bytes ? *(__global const UNIT_T*)src : UNIT_ZERO;
 }
 static inline void cp_commit(void) {}
 #define CP_WAIT() ((void)0)
@@ -233,12 +248,18 @@ static inline void cp_async16(__local uint* dst, __global const uint* src, int b
 #if defined(DIAG_NO_LOADS)
     // diagnosis only (benchmarks/gpu.py --diagnose; wrong results): no copies at all
 #else
+#if UW == 2
+    // the padded stem's 8-byte pixels: .cg takes only 16-byte copies
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
+                 :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+#else
     if (l1)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
                      :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
     else
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                      :: "r"((uint)(size_t)dst), "l"((ulong)src), "r"(bytes) : "memory");
+#endif
 #endif
 }
 static inline void cp_commit(void) {
@@ -409,8 +430,23 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     const int g = lane >> 2, t4 = lane & 3;
     const int wm = warp % WARPS_M, wn = (warp / WARPS_M) % WARPS_N;
     const int wk = warp / (WARPS_M * WARPS_N);          // its share of each slice's k-steps
+#if defined(GROUP_M)
+    // GROUP_M block rows per block column, in the work-groups' linear order (x fastest)
+    int n0, m0;
+    {
+        const int nn = get_num_groups(0), nm = get_num_groups(1);
+        const int pid = get_group_id(1) * nn + get_group_id(0);
+        const int group = pid / (GROUP_M * nn);
+        const int first = group * GROUP_M;
+        const int rows = min(nm - first, GROUP_M);
+        const int in = pid - group * (GROUP_M * nn);
+        m0 = (first + in % rows) * BM;
+        n0 = (in / rows) * BN;
+    }
+#else
     const int n0 = get_group_id(0) * BN;
     const int m0 = get_group_id(1) * BM;
+#endif
     const int split = get_group_id(2);
 
 #if defined(FLAT)
@@ -529,7 +565,45 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #define A_SLICE_OFF() ((cti * DY * W + ctj * DX) * C + cc0 + u_k)
 #define B_SLICE_OFF() ((cti * TAP_COLS + ctj) * CR + cc0 + u_k)
 
+#if defined(FLAT_UNIT)
+    // The padded stem: this work-item's unit is reduction index r = cc0 + u_k .. + UE - 1,
+    // one tap's whole pixel: its input row and column offsets and element offset, decoded
+    // once per slice (CIN, KW constants); past R its row offset lies below every image row.
+#define FLAT_TAP()                                                                         \
+        const int f_r = cc0 + u_k;                                                         \
+        const int f_tap = f_r / CIN;                                                       \
+        const int f_ti = f_tap / KW;                                                       \
+        const int f_dx = (f_tap - f_ti * KW) * DX;                                         \
+        const int f_dy = f_r < CR ? f_ti * DY : 1 << 15;                                   \
+        const int f_off = (f_ti * DY * W + f_dx) * CIN;
+#define FLAT_ROW_IN(l) ((uint)(A_IY(l) + f_dy) < (uint)H && (uint)(A_IX(l) + f_dx) < (uint)W)
+#endif
+
 #if ASYNC
+#if defined(FLAT_UNIT)
+    // -- cp.async, the padded stem: each unit's pixel straight to its place in stage s -------
+#define ISSUE(s)                                                                           \
+    {                                                                                      \
+        __local uint* dst = smem + (s) * STAGE_WORDS;                                      \
+        FLAT_TAP()                                                                         \
+        for (int l = 0; l < LA; ++l) {                                                     \
+            if (!A_UNIT_OK(l)) continue;                                                   \
+            const bool in = FLAT_ROW_IN(l);                                                \
+            const __global ELEM_T* src = in ? x + a_base[l] + f_off : x;                   \
+            cp_async16(dst + UNIT_WORD(u_row, l), (__global const uint*)src,               \
+                       in ? 4 * UW : 0, CP_L1);                                            \
+        }                                                                                  \
+        const bool r_in = f_r < CR;                                                        \
+        for (int l = 0; l < LB; ++l) {                                                     \
+            if (!B_UNIT_OK(l)) continue;                                                   \
+            const bool in = b_base[l] >= 0 && r_in;                                        \
+            const __global ELEM_T* src = in ? w + b_base[l] + f_r : w;                     \
+            cp_async16(dst + BM * SW + UNIT_WORD(u_row, l), (__global const uint*)src,     \
+                       in ? 4 * UW : 0, CP_L1_B);                                          \
+        }                                                                                  \
+        ADVANCE()                                                                          \
+    }
+#else
     // -- cp.async: each unit's 16 bytes go straight to its place in stage s ------------------
 #define ISSUE(s)                                                                           \
     {                                                                                      \
@@ -554,6 +628,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         }                                                                                  \
         ADVANCE()                                                                          \
     }
+#endif
     for (int s = 0; s < STAGES - 1; ++s) {
         if (t_begin + s < t_end) ISSUE(s)
         cp_commit();
@@ -576,7 +651,17 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     // -- registers: fetch the next slice while the current one is multiplied ----------------
     UNIT_T pa[LA], pb[LB];
 
-#if defined(FLAT)
+#if defined(FLAT_UNIT)
+#define FETCH_A()                                                                          \
+    {                                                                                      \
+        FLAT_TAP()                                                                         \
+        for (int l = 0; l < LA; ++l) {                                                     \
+            pa[l] = UNIT_ZERO;                                                             \
+            if (FLAT_ROW_IN(l))                                                            \
+                pa[l] = *(__global const UNIT_T*)(x + a_base[l] + f_off);                  \
+        }                                                                                  \
+    }
+#elif defined(FLAT)
     // Element e of this work-item's word is reduction index r = cc0 + u_k + e (the same for
     // all its rows): decoded once per slice into the tap's input row and column offsets and
     // its element offset; each row then checks its own pixel's bounds.
@@ -632,7 +717,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     }
 #endif
 
-#if UW == 4
+#if UW == 4 || UW == 2
 #define FETCH_B()                                                                          \
     {                                                                                      \
         const int b_off = B_SLICE_OFF();                                                   \
@@ -640,7 +725,7 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         for (int l = 0; l < LB; ++l) {                                                     \
             pb[l] = UNIT_ZERO;                                                             \
             if (b_base[l] >= 0 && c_in)                                                    \
-                pb[l] = *(__global const uint4*)(w + b_base[l] + b_off);                   \
+                pb[l] = *(__global const UNIT_T*)(w + b_base[l] + b_off);                  \
         }                                                                                  \
     }
 #else
@@ -666,7 +751,9 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         ADVANCE()                                                                          \
     }
 
-#if defined(MATH_TF32) && UW == 4
+#if defined(MATH_TF32) && UW == 2
+#define TO_WORDS(u) ((uint2)(to_tf32(as_float((u).x)), to_tf32(as_float((u).y))))
+#elif defined(MATH_TF32) && UW == 4
 #define TO_WORDS(u) ((uint4)(to_tf32(as_float((u).x)), to_tf32(as_float((u).y)),           \
                              to_tf32(as_float((u).z)), to_tf32(as_float((u).w))))
 #elif defined(MATH_TF32)
@@ -681,9 +768,9 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
 #define TO_WORDS_B(u) TO_WORDS(u)
 #endif
 
-#if UW == 4
-#define PUT(buf, word, u) (*(__local uint4*)((buf) + (word)) = TO_WORDS(u))
-#define PUT_B(buf, word, u) (*(__local uint4*)((buf) + (word)) = TO_WORDS_B(u))
+#if UW == 4 || UW == 2
+#define PUT(buf, word, u) (*(__local UNIT_T*)((buf) + (word)) = TO_WORDS(u))
+#define PUT_B(buf, word, u) (*(__local UNIT_T*)((buf) + (word)) = TO_WORDS_B(u))
 #else
 #define PUT(buf, word, u) ((buf)[(word)] = TO_WORDS(u))
 #define PUT_B(buf, word, u) ((buf)[(word)] = TO_WORDS_B(u))
@@ -836,3 +923,26 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
         }
     }
 }
+
+
+// The padded stem's input (v8): NHWC with CSRC channels -> NHWC with CIN, the channels past
+// CSRC zero (the weights' padded channels are zero too, so they add exact zeros). One
+// work-item per pixel; elements moved as bits.
+#if defined(FLAT_UNIT)
+#define PAD_BITS(c) ((c) < CSRC ? ELEM_BITS(src, (long)p * CSRC + (c)) : 0u)
+#if ELEMS_PER_WORD == 2
+#define PAD_WORD(i) (PAD_BITS(2 * (i)) | (PAD_BITS(2 * (i) + 1) << 16))
+#else
+#define PAD_WORD(i) PAD_BITS(i)
+#endif
+__kernel void pad_channels(__global const ELEM_T* src, __global ELEM_T* dst, int pixels) {
+    const int p = get_global_id(0);
+    if (p >= pixels) return;
+#if UW == 4
+    const uint4 v = (uint4)(PAD_WORD(0), PAD_WORD(1), PAD_WORD(2), PAD_WORD(3));
+#else
+    const uint2 v = (uint2)(PAD_WORD(0), PAD_WORD(1));
+#endif
+    *(__global UNIT_T*)(dst + (long)p * CIN) = v;
+}
+#endif
