@@ -18,15 +18,6 @@ import numpy as np
 from .profile import phase
 
 
-def right_matrix(w_kt: np.ndarray) -> np.ndarray:
-    """The GEMM's right-hand (taps x K) matrix from weights laid out (..., K, taps): the
-    transposed view of a C-contiguous float32 copy (Fortran order per matrix), so that
-    numpy hands OpenBLAS the weights with the transpose flag instead of copying them into
-    (taps x K) rows. Which order is faster is OpenBLAS's packing and thread split, measured
-    on the quiet host (benchmarks/NOTES-cpu.md, "GEMM layers against oneDNN")."""
-    return np.ascontiguousarray(w_kt, dtype=np.float32).swapaxes(-1, -2)
-
-
 def gemm_bias(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: np.ndarray,
               accelerated: bool = False) -> None:
     """``out[...] = a @ b + bias`` (float32 2-D; ``bias`` of length ``out.shape[1]`` or None;

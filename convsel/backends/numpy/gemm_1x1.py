@@ -19,7 +19,7 @@ import numpy as np
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
 from . import bands
-from .blas import gemm_bias, right_matrix
+from .blas import gemm_bias
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import cast, finish
 from .profile import phase
@@ -38,11 +38,10 @@ class Gemm1x1(Prepared):
     the bias rides along as a column of ones."""
 
     def __init__(self, p: ConvProblem, w_ohwi: np.ndarray, bias: np.ndarray | None) -> None:
-        w_kc = w_ohwi.reshape(p.k, p.c)
-        self.w = right_matrix(w_kc)                          # C × K (Fortran order)
+        self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)          # C × K
         self.augmented = bias is not None and p.c + 1 < p.k
         if bias is not None and self.augmented:
-            self.w = right_matrix(np.hstack([w_kc, as_f32(bias)[:, None]]))   # (C + 1) × K
+            self.w = as_f32(np.vstack([self.w, as_f32(bias)[None]]))   # (C + 1) × K
         strided = p.stride != (1, 1) or p.dilation != (1, 1)
         rows = p.n * p.out_h * p.out_w
         if self.augmented:
@@ -57,7 +56,7 @@ class Gemm1x1(Prepared):
         self.threads = bands.threads_for(p.flops // 2)
         self.by_columns = rows < bands.COLUMN_SPLIT_MAX_ROWS
         if self.banded:
-            self.w = right_matrix(w_kc)
+            self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)
             self.augmented = False
         self.chunk = bands.chunk_units(p.out_w * (p.c + p.k) * ITEM)
 

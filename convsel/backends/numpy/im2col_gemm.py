@@ -31,7 +31,6 @@ from ...algorithms.im2col_gemm import PLANAR_MAX_C
 from ...problem import ConvProblem
 from ...verdict import Verdict
 from . import bands
-from .blas import right_matrix
 from .common import (
     ITEM,
     Prepared,
@@ -78,11 +77,10 @@ class Im2colGemm(Prepared):
         g, kg = p.groups, p.k // p.groups
         taps = p.kh * p.kw * (p.c // g)
         # (G, KH·KW·Cg, Kg): each group's weights as the GEMM's right-hand matrix.
-        w_gkt = w_ohwi.reshape(g, kg, taps)
+        self.w = as_f32(w_ohwi.reshape(g, kg, taps).transpose(0, 2, 1))
         self.fold_bias = g == 1 and bias is not None
         if bias is not None and self.fold_bias:
-            w_gkt = np.concatenate([w_gkt, as_f32(bias)[None, :, None]], axis=2)
-        self.w = right_matrix(w_gkt)
+            self.w = as_f32(np.concatenate([self.w, as_f32(bias)[None, None]], axis=1))
         self.depth = self.w.shape[1]   # KH·KW·C (+ 1 with the bias folded in)
         # bytes per output row: its im2col rows, and the batched GEMM's (G, rows, Kg) if grouped
         self.row_bytes = p.out_w * (self.depth * g + (p.k if g > 1 else 0)) * ITEM
