@@ -55,7 +55,8 @@ def block(run: Callable[[], Any], repeats: int) -> float:
     return statistics.median(samples)
 
 
-def variants(p: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> dict[str, Callable[[], Any]]:
+def variants(p: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray, orientation: bool = False,
+             ) -> dict[str, Callable[[], Any]]:
     """name -> a callable for one layer (prepared here, outside the timing)."""
     from cpu import candidates, torch_runner
     from scipy.linalg import blas as sblas
@@ -93,6 +94,8 @@ def variants(p: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> dict[str, C
         wmat = np.ascontiguousarray(np.vstack([wmat, b[None]]))
         out["im2col_only"] = lambda: im2col(x, cols, 0, (p.kh, p.kw), p.stride, p.dilation,
                                             (p.pad[0], p.pad[2]), True)
+    if orientation:
+        return _orientation(p, a, wmat, out, torch)
     wf = np.asfortranarray(wmat)
     y = np.empty((rows, p.k), np.float32)
     relu = code_of(None)
@@ -158,6 +161,36 @@ def variants(p: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> dict[str, C
     return out
 
 
+def _orientation(p: Any, a: np.ndarray, wmat: np.ndarray, out: dict[str, Callable[[], Any]],
+                 torch: Any) -> dict[str, Callable[[], Any]]:
+    """The GEMM as OpenBLAS sees it, turned: the plain product; the transposed one
+    (output channels x pixels, i.e. a planar output) alone and with the copy back to
+    channels-last; the depth padded with zeros to a multiple of 16; MKL's for reference."""
+    rows, depth = a.shape
+    k = wmat.shape[1]
+    y = np.empty((rows, k), np.float32)
+    y_t = np.empty((k, rows), np.float32)
+    w_t = np.ascontiguousarray(wmat.T)
+    padded = -(-depth // 16) * 16
+    a_pad = np.zeros((rows, padded), np.float32)
+    a_pad[:, :depth] = a
+    w_pad = np.zeros((padded, k), np.float32)
+    w_pad[:depth] = wmat
+    out["gemm2"] = lambda: np.matmul(a, wmat, out=y)
+    out["gemm_turned"] = lambda: np.matmul(w_t, a.T, out=y_t)
+    out["gemm_turned+copy"] = lambda: (np.matmul(w_t, a.T, out=y_t), np.copyto(y, y_t.T))
+    if padded != depth:
+        out[f"gemm2_depth{padded}"] = lambda: np.matmul(a_pad, w_pad, out=y)
+    if torch is not None:
+        at, wt, yt = torch.from_numpy(a), torch.from_numpy(wmat), torch.from_numpy(y)
+
+        def torch_mm() -> None:
+            with torch.inference_mode():
+                torch.mm(at, wt, out=yt)
+        out["torch_mm"] = torch_mm
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", required=True)
@@ -165,6 +198,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--layer", action="append", help=f"layers (default: {', '.join(LAYERS)})")
+    ap.add_argument("--orientation", action="store_true",
+                    help="time the GEMM turned and depth-padded instead of the other variants")
     args = ap.parse_args()
     torch = _torch()
 
@@ -176,14 +212,15 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     layers = {la.name: la for la in load_layers(args.layers, ["resnet50"])[0]}
     prepared = {}
-    for name in LAYERS:
+    names = tuple(args.layer or LAYERS)
+    for name in names:
         p = layers[name].problem
         rng = np.random.default_rng(0)
         x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(np.float32)
         w = rng.standard_normal(p.weights_shape).astype(np.float32)
         b = rng.standard_normal(p.k).astype(np.float32)
-        prepared[name] = (p, variants(p, x, w, b))
-    times: dict[str, dict[str, list[float]]] = {n: {} for n in LAYERS}
+        prepared[name] = (p, variants(p, x, w, b, args.orientation))
+    times: dict[str, dict[str, list[float]]] = {n: {} for n in names}
     for _ in range(args.rounds):
         for name, (p, runs) in prepared.items():
             repeats = args.repeats if p.flops > 2e8 else 3 * args.repeats
