@@ -11,7 +11,11 @@ in C or Fortran order), the epilogue alone, the im2col alone, torch's own GEMM o
 matrices (``torch.addmm``: is torch ahead by its GEMM or by its fusion?), scipy's sgemm
 with the bias as beta = 1 (isolated: see blas.py on mixing it with numpy's), and the
 matrix and GEMM in chunks of output rows (the stem: the 7.4 MB matrix never leaves L2).
-A scratch measurement tool; its output decides what the numpy backend changes.
+With ``--orientation`` (and ``--layer`` to choose layers) it times instead the GEMM as
+OpenBLAS sees it turned (output channels x pixels, a planar output, with and without the
+copy back to channels-last) and with the depth padded to a multiple of 16, beside the plain
+GEMM, MKL's and the algorithms. A measurement tool: benchmarks/NOTES-cpu.md, "GEMM layers
+against oneDNN", says what its output decided.
 """
 
 from __future__ import annotations
