@@ -291,13 +291,27 @@ def mma_variants(p: ConvProblem) -> list[dict[str, Any]]:
     return tc
 
 
-def opencl_split_k(p: ConvProblem, params: Mapping[str, Any]) -> int:
-    return split_k_bytes(p.n * p.out_h * p.out_w, p.k, p.kh * p.kw * p.c, params=params)
+def padded_stem_bytes(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    """The most a tensor-core variant's copy of a few-channel stem's input can take: the
+    backend pads its pixels to whole load units (TF32: 4 floats; F16: 4 or 8 halves, a
+    backend setting, so 8 here) before the convolution."""
+    if "mma" not in params or not (p.kh * p.kw > 1 and p.c < 8):
+        return 0
+    channels = (4 if p.c <= 4 else p.c) if params.get("math") == "tf32" else 8
+    return 0 if channels == p.c else p.n * p.h * p.w * channels * p.element_size
 
 
-def opencl_split_headroom(p: ConvProblem, params: Mapping[str, Any]) -> int:
-    """Split-K is the device's choice (an upper bound) unless ``params`` name the split."""
-    return 0 if params.get("split") is not None else opencl_split_k(p, params)
+def opencl_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    return (split_k_bytes(p.n * p.out_h * p.out_w, p.k, p.kh * p.kw * p.c, params=params)
+            + padded_stem_bytes(p, params))
+
+
+def opencl_headroom(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    """The device's choices, as upper bounds: split-K unless ``params`` name the split, and
+    the padded stem's copy (tensor-core variants run on NVIDIA GPUs only)."""
+    split = 0 if params.get("split") is not None else split_k_bytes(
+        p.n * p.out_h * p.out_w, p.k, p.kh * p.kw * p.c, params=params)
+    return split + padded_stem_bytes(p, params)
 
 
 def never_picked_by_acl(p: ConvProblem) -> bool:
@@ -314,5 +328,5 @@ SPEC = AlgorithmSpec(
     timing_rank=1, colour="tab:olive",
     tolerance={"F32": F32_EXACT, "F16": F16_ROUNDED},
     variants=variants, acl_pick=never_picked_by_acl,
-    workspace={"opencl": opencl_split_k},
-    workspace_headroom={"opencl": opencl_split_headroom})
+    workspace={"opencl": opencl_workspace},
+    workspace_headroom={"opencl": opencl_headroom})

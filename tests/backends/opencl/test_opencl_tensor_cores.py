@@ -200,6 +200,9 @@ def _scale(p: ConvProblem, x, w, b) -> np.ndarray:
 def _run(p, params, runtime, seed=0, emulate=False):
     x, w, b = _data(p, seed)
     kernel = igm.prepare(p, w, b, params, runtime, emulate=emulate)
+    # the pure estimate a workspace limit is checked against bounds what the kernel holds
+    estimate = algorithms.workspace_bytes("implicit_gemm", p, params, "opencl")
+    assert estimate >= kernel.workspace_bytes, (p, params, estimate, kernel.workspace_bytes)
     y = kernel.run(x).astype(np.float64)
     assert np.isfinite(y).all(), f"{p} {params}: unwritten or non-finite outputs"
     return x, w, b, y, kernel
