@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_zmm import block  # noqa: E402  (the same interleaved timing block)
 
 LAYERS = ("conv1", "layer1.0.conv1", "layer1.{1,2}.conv1",
           "layer1.{0,1,2}.conv3 + layer1.0.downsample", "layer2.0.conv2 (stride 2)",
           "layer4.{1,2}.conv2", "layer3.{1..5}.conv1")
-PAUSE_S = 0.1
 
 
 def _torch() -> Any:
@@ -45,18 +45,6 @@ def _torch() -> Any:
     except ImportError:   # a smoke test on a machine without torch
         return None
     return torch
-
-
-def block(run: Callable[[], Any], repeats: int) -> float:
-    time.sleep(PAUSE_S)
-    run()
-    run()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def variants(p: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray, orientation: bool = False,

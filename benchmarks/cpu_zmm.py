@@ -54,7 +54,8 @@ def chosen_algorithms(paths: list[Path]) -> dict[tuple[str, str], str]:
     return out
 
 
-def _block(run: Any, repeats: int) -> float:
+def block(run: Any, repeats: int) -> float:
+    """The median of ``repeats`` timed calls of ``run`` after a pause and two warm-ups."""
     time.sleep(PAUSE_S)   # let the other library's spinning threads park
     run()
     run()
@@ -94,8 +95,8 @@ def worker(args: argparse.Namespace) -> int:
         algorithm, params = candidates(p, rules, None)[label]
         op = implementation(algorithm, "numpy").prepare(p, w, b, params, None)
         repeats = args.repeats if p.flops > 2e8 else 3 * args.repeats   # short layers: more
-        ours = _block(lambda op=op: op.run(x), 1 if args.warmup else repeats)
-        theirs = None if args.warmup else _block(torch_runner(p, x, w, b), repeats)
+        ours = block(lambda op=op: op.run(x), 1 if args.warmup else repeats)
+        theirs = None if args.warmup else block(torch_runner(p, x, w, b), repeats)
         rows.append({"net": layer.net, "name": layer.name, "algorithm": label,
                      "convsel_s": ours, "torch_s": theirs})
     out = {"device": {**device_identity(), "fused": accel.describe()},
