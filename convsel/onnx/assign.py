@@ -14,7 +14,14 @@ from typing import Any
 from ..backends import DEVICE_RESIDENT, Placement, Preference
 from ..backends.transfer import TransferCost
 from ..policies import Policy
-from ..policies.across import AcrossPolicy, Estimate, answer_for, input_bytes, output_bytes
+from ..policies.across import (
+    AcrossPolicy,
+    Estimate,
+    answer_for,
+    input_bytes,
+    measured_transfer,
+    output_bytes,
+)
 from ..rules import Rules
 from ..targets import Target
 from ..verdict import TraceStep
@@ -30,7 +37,8 @@ def place(nodes: Sequence[NodePlan], order: Preference, device: Any, policy: Pol
     if isinstance(policy, AcrossPolicy):
         placed, transfers, how = _fastest(nodes, policy, target, rules, flow, spaces)
     else:
-        placed, transfers, how = _first(nodes, order, device), None, _FIRST
+        placed, how = _first(nodes, order, device), _FIRST
+        transfers = _measured_links(placed, order, device, spaces)
     chosen = [n.backend for n in placed]
     moves = switches(chosen, flow, spaces, [input_bytes(n.problem) for n in placed],
                      [output_bytes(n.problem) for n in placed], transfers)
@@ -45,6 +53,15 @@ def place(nodes: Sequence[NodePlan], order: Preference, device: Any, policy: Pol
 _FIRST = "first supported: each Conv on the first backend in the list that supports it"
 _FASTEST = ("fastest: each backend's timings or model, host-device copies counted where "
             "neighbouring Convs run apart, the least total time over the model")
+
+
+def _measured_links(placed: Sequence[NodePlan], order: Preference, device: Any,
+                    spaces: dict[str, str]) -> dict[str, TransferCost]:
+    """The copy cost of each device a first-supported plan uses, measured as the fastest
+    plan's are (:func:`convsel.backends.transfer.transfer_cost`): what its switches cost."""
+    used = {n.backend for n in placed}
+    return {str(e): measured_transfer(e.backend, e.device_or(device))
+            for e in _order_for(order) if str(e) in used and spaces[str(e)] != "host"}
 
 
 def _order_for(order: Preference) -> list[Placement]:

@@ -132,7 +132,8 @@ class AcrossPolicy:
         out = []
         for place, policy in self.per_backend:
             backend = str(policy.backend)
-            transfer = given.get(place) or _transfer(backend, getattr(policy, "device", None))
+            transfer = given.get(place) or measured_transfer(
+                backend, getattr(policy, "device", None))
             out.append(estimate(place, backend, policy.choose(problem, target, rules),
                                 transfer))
         return out
@@ -143,7 +144,9 @@ class AcrossPolicy:
                               for place, policy in self.per_backend})
 
 
-def _transfer(backend: str, device: Any) -> TransferCost:
+def measured_transfer(backend: str, device: Any) -> TransferCost:
+    """``backend``'s measured copy cost on ``device``, or an unknown one (a device that cannot
+    be opened gives no figure, and the plan says so, rather than failing)."""
     try:
         return transfer_cost(backend, device)
     except Exception as exc:  # noqa: BLE001 - a device that cannot be opened: no copy figure

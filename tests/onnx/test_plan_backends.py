@@ -5,6 +5,7 @@ assignment with the measured policy)."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -50,11 +51,21 @@ def test_first_supported_over_two_backends_lists_assignments_and_switches():
     doc = result.to_dict()
     assert doc["placement"]["backends"] == ["opencl", "numpy"]
     assert doc["nodes"][0]["backend"] == "numpy" and doc["nodes"][0]["passed_over"] == [NO_FFT]
+    # the two copies priced with the device's measured link, as the fastest plan prices them
+    link = doc["placement"]["transfers"]["opencl"]
+    assert link["source"].startswith("measured") and link["latency_ms"] > 0
+    cost = TransferCost(link["latency_ms"] / 1e3,
+                        math.inf if link["gb_per_s"] is None else link["gb_per_s"] * 1e9, "")
+    nbytes = 1 * 8 * 32 * 32 * 4            # c3's input and c1's output, float32 NCHW
+    copy_out = 1 * 4 * 32 * 32 * 4
+    assert summary["transfer_ms"] == pytest.approx(
+        (cost.seconds(nbytes) + cost.seconds(copy_out)) * 1e3, rel=1e-6)
 
 
 def test_numpy_first_keeps_everything_on_the_host():
     result = convsel.plan(_three_convs(), "G77", backend=["numpy", "opencl"])
     assert {n.backend for n in result.nodes} == {"numpy"} and result.summary["switches"] == 0
+    assert result.summary["transfer_ms"] == 0   # nothing moves: no device link is measured
 
 
 def test_one_backend_falls_back_to_numpy_as_a_call_does():
@@ -76,7 +87,8 @@ def test_plan_cli_prints_each_convs_backend_and_the_switches(tmp_path, capsys):
     assert lines["c3"] == ["opencl", "im2col_gemm", "copy", "in"]
     assert lines["c1"] == ["opencl", "gemm_1x1", "copy", "out"]
     assert f"passed over: {NO_FFT}" in out
-    assert "switches 2 host-device copies; opencl 2, numpy 1" in out
+    assert re.search(r"switches 2 host-device copies \([0-9.e-]+ ms of copies\); opencl 2, "
+                     r"numpy 1", out), out
 
 
 # -- the fastest assignment ---------------------------------------------------------------------
