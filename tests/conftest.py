@@ -80,5 +80,25 @@ def postgres_url(postgres_server):
            f"{params['port']}/{name}")
     yield url
     dbmod.close_open(url)
-    with psycopg.connect(make_conninfo(postgres_server), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop_database(make_conninfo(postgres_server), name)
+
+
+def _drop_database(server: str, name: str) -> None:
+    """DROP ... WITH (FORCE) ends the test's own sessions, but not a server process of
+    another role, such as an autovacuum worker that has just started on the new database
+    ("must be a member of the role whose process is being terminated"): such a worker
+    finishes in moments, so the drop is tried again for a few seconds."""
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with psycopg.connect(server, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
