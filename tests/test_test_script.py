@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -103,30 +104,57 @@ def test_a_server_already_running_is_left_running(sandbox):
 
 RECORDING_PYTEST = """#!/usr/bin/env bash
 echo "$*" >> pytest-args
+echo "${PYTHONPATH:-}" >> pytest-pythonpath
 exit 0
 """
 
 
 def _pytest_calls(repo: Path, env: dict, *args: str) -> list[str]:
+    return [call for call, _ in _pytest_calls_and_paths(repo, env, *args)]
+
+
+def _pytest_calls_and_paths(repo: Path, env: dict, *args: str) -> list[tuple[str, str]]:
+    """Each pytest call's arguments and the PYTHONPATH it ran with."""
     _executable(repo / ".venv" / "bin" / "python", RECORDING_PYTEST)
-    (repo / "pytest-args").unlink(missing_ok=True)
+    for name in ("pytest-args", "pytest-pythonpath"):
+        (repo / name).unlink(missing_ok=True)
     done = _script(repo, env, "scripts/test.sh", *args)
     assert done.returncode == 0, done.stderr
-    return (repo / "pytest-args").read_text().splitlines()
+    return list(zip((repo / "pytest-args").read_text().splitlines(),
+                    (repo / "pytest-pythonpath").read_text().splitlines(), strict=True))
 
 
 def test_the_whole_suite_runs_in_a_parallel_part_then_a_serial_one(sandbox):
-    """Tests that never time a kernel on every core, the rest one at a time (and none twice);
-    given test paths, just those, in one process."""
+    """Tests that never time a kernel on every core, the rest one at a time (and none twice),
+    then the numpy backend's tests as without the cpu extra (numba unimportable); given test
+    paths, just those, in one process."""
     repo, env = sandbox
-    parallel, serial = _pytest_calls(repo, env, "-q")
+    (parallel, p1), (serial, p2), (no_numba, p3) = _pytest_calls_and_paths(repo, env, "-q")
     assert parallel.startswith("-m pytest -n auto --dist worksteal tests/algorithms ")
     assert parallel.endswith(" -q") and "--ignore" not in parallel
     paths = parallel.split()[6:-1]
     assert "tests/backends" in paths and "tests/service" not in paths
     assert serial.split()[2:] == [f"--ignore={p}" for p in paths] + ["-q"]
+    assert "without_numba" not in p1 + p2
+    assert p3.split(":")[0] == str(repo / "tests" / "without_numba")
+    assert no_numba == ("-m pytest -p no:cacheprovider -k numpy tests/backends/numpy "
+                        "tests/algorithms/test_correctness.py -q")
     [only] = _pytest_calls(repo, env, "tests/service", "-x")
     assert only == "-m pytest tests/service -x"
+
+
+def test_the_numba_blocker_makes_numba_unimportable():
+    """What the third part relies on: with tests/without_numba first on the path, importing
+    numba fails as where it is not installed, and the numpy backend says it runs pure numpy."""
+    root = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": str(root / "without_numba")}
+    code = ("try:\n    import numba\nexcept ModuleNotFoundError as e:\n"
+            "    print('missing', e.name)\n"
+            "from convsel.backends.numpy import accel\nprint(accel.describe())\n")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["missing numba", "pure numpy (numba not installed)"]
 
 
 def test_a_mypy_failure_fails_the_run(sandbox):
