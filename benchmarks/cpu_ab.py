@@ -37,11 +37,12 @@ def _geo(values: list[float]) -> float:
 
 def _process(tree: str, args: argparse.Namespace, out: Path, warmup: bool) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "CONVSEL_WIDE_VECTORS"}
+    env.update(dict(setting.split("=", 1) for setting in getattr(args, f"{tree}_env")))
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(getattr(args, tree)).resolve())] + args.extra_path)
     cmd = [sys.executable, str(HERE / "cpu_zmm.py"), "--worker", "--threads", str(args.threads),
            "--repeats", str(args.repeats), "--out", str(out), "--layers", args.layers]
-    for path in args.choice or []:
+    for path in getattr(args, f"{tree}_choice") or args.choice or []:
         cmd += ["--choice", str(path)]
     for net in args.nets or []:
         cmd += ["--net", net]
@@ -108,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", required=True, help="layer file")
     ap.add_argument("--choice", type=Path, action="append",
                     help="benchmarks/cpu.py JSON whose fastest algorithm per layer is timed")
+    for tree in TREES:
+        ap.add_argument(f"--{tree}-env", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"an environment variable for the {tree} tree's processes (the "
+                        "two trees may then be one: a setting against another)")
+        ap.add_argument(f"--{tree}-choice", type=Path, action="append",
+                        help=f"--choice for the {tree} tree's processes only")
     ap.add_argument("--net", dest="nets", action="append",
                     help="nets to time (default: cpu_zmm.py's)")
     ap.add_argument("--threads", type=int, default=2)
@@ -134,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps({
             "command": " ".join(sys.argv), "order": [t for t, _ in runs],
             "trees": {t: str(getattr(args, t)) for t in TREES},
+            "tree_env": {t: getattr(args, f"{t}_env") for t in TREES},
             "devices": {t: res["device"] for t, res in runs},
             "process_wall_s": [res["wall_s"] for _, res in runs],
             "environment": {k: os.environ.get(k) for k in (

@@ -45,13 +45,21 @@ PAUSE_S = 0.1
 
 
 def chosen_algorithms(paths: list[Path]) -> dict[tuple[str, str], str]:
-    """(net, layer name) -> the fastest convsel label of an earlier benchmarks/cpu.py run."""
-    out: dict[tuple[str, str], str] = {}
+    """(net, layer name) -> the convsel label fastest in earlier benchmarks/cpu.py runs: the
+    one with the smallest geometric mean of its times over the runs that timed it (one
+    run's winner is often a coin toss between two labels within its noise)."""
+    times: dict[tuple[str, str], dict[str, list[float]]] = {}
     for path in paths:
         for layer in json.loads(path.read_text())["layers"]:
-            if layer.get("fastest"):
-                out[(layer["net"], layer["name"])] = layer["fastest"]
-    return out
+            per_label = times.setdefault((layer["net"], layer["name"]), {})
+            for label, seconds in (layer.get("time_s") or {}).items():
+                if seconds and label != "torch":
+                    per_label.setdefault(label, []).append(seconds)
+            if layer.get("fastest") and not layer.get("time_s"):
+                per_label.setdefault(layer["fastest"], []).append(0.0)
+    return {key: min(labels, key=lambda label: sum(map(math.log, [
+        max(t, 1e-12) for t in labels[label]])) / len(labels[label]))
+        for key, labels in times.items() if labels}
 
 
 def block(run: Any, repeats: int) -> float:

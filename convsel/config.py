@@ -54,6 +54,12 @@ class Config(BaseModel):
                                      "numba's CPU features are process-wide, so this applies "
                                      "to every numba kernel of the process compiled after "
                                      "convsel's fused kernels load; default: off")
+    gemm: str | None = Field(None, description="who runs the numpy backend's GEMMs: auto "
+                             "(oneMKL on Intel CPUs where the mkl extra is installed, else "
+                             "numpy's BLAS), numpy or mkl; default: auto")
+    mkl_rt: str | None = Field(None, description="path to a libmkl_rt.so for the numpy "
+                               "backend's GEMMs (a oneMKL not installed from PyPI); "
+                               "default: the mkl wheel's")
     # The BLAS libraries' own variables, as set (they are read by BLAS at import; convsel
     # records them in the numpy backend's device key and never sets them).
     openblas_num_threads: str | None = Field(None, validation_alias="OPENBLAS_NUM_THREADS")

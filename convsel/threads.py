@@ -54,8 +54,8 @@ def _pool() -> int:
 
 # threadpoolctl's scan of the loaded libraries costs ~0.4 ms; reading the thread counts of
 # libraries already found costs ~1 µs. The scan is redone when modules were imported since
-# (loading a BLAS means importing the module that links it).
-_controller: tuple[int, Any] | None = None
+# (loading a BLAS means importing the module that links it, or oneMKL's ctypes load).
+_controller: tuple[tuple[int, bool], Any] | None = None
 
 
 def _from_threadpoolctl() -> dict[str, int] | None:
@@ -64,8 +64,12 @@ def _from_threadpoolctl() -> dict[str, int] | None:
         from threadpoolctl import ThreadpoolController
     except ImportError:
         return None
-    if _controller is None or _controller[0] != len(sys.modules):
-        _controller = (len(sys.modules), ThreadpoolController())
+    # oneMKL is loaded through ctypes, not by an import: counted in the key by hand
+    from .backends.numpy.mkl import loaded
+
+    key = (len(sys.modules), loaded())
+    if _controller is None or _controller[0] != key:
+        _controller = (key, ThreadpoolController())
     found = {"blas": 0, "openmp": 0}
     for lib in _controller[1].lib_controllers:
         if lib.user_api in found:

@@ -79,6 +79,9 @@ if [ "$given_paths" -eq 1 ]; then
   pytest_run "$@"
   exit $?
 fi
+# The first three parts multiply with numpy's own BLAS (OpenBLAS), the reference; the fourth
+# with oneMKL.
+export CONVSEL_GEMM=numpy
 pytest_run -n auto --dist worksteal "${PARALLEL[@]}" "$@"
 first=$?
 mypy_verdict || exit 1
@@ -91,4 +94,14 @@ PYTHONPATH="$PWD/tests/without_numba${PYTHONPATH:+:$PYTHONPATH}" \
   pytest_run -p no:cacheprovider -k numpy tests/backends/numpy \
   tests/algorithms/test_correctness.py "$@"
 third=$?
-[ "$first" -eq 0 ] && [ "$second" -eq 0 ] && [ "$third" -eq 0 ]
+# The same tests with every GEMM of the numpy backend through oneMKL (the mkl extra, which
+# has wheels for x86-64 only); test_mkl.py fails the part if oneMKL did not load.
+if [ "$(uname -m)" = x86_64 ]; then
+  CONVSEL_GEMM=mkl CONVSEL_TEST_GEMM=mkl pytest_run -p no:cacheprovider -k numpy \
+    tests/backends/numpy tests/algorithms/test_correctness.py "$@"
+  fourth=$?
+else
+  echo "scripts/test.sh: no oneMKL wheel for $(uname -m): the oneMKL part is skipped" >&2
+  fourth=0
+fi
+[ "$first" -eq 0 ] && [ "$second" -eq 0 ] && [ "$third" -eq 0 ] && [ "$fourth" -eq 0 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -105,31 +106,43 @@ def test_a_server_already_running_is_left_running(sandbox):
 RECORDING_PYTEST = """#!/usr/bin/env bash
 echo "$*" >> pytest-args
 echo "${PYTHONPATH:-}" >> pytest-pythonpath
+echo "${CONVSEL_GEMM:-}/${CONVSEL_TEST_GEMM:-}" >> pytest-gemm
 exit 0
 """
 
 
 def _pytest_calls(repo: Path, env: dict, *args: str) -> list[str]:
-    return [call for call, _ in _pytest_calls_and_paths(repo, env, *args)]
+    return [call for call, _, _ in _pytest_calls_and_paths(repo, env, *args)]
 
 
-def _pytest_calls_and_paths(repo: Path, env: dict, *args: str) -> list[tuple[str, str]]:
-    """Each pytest call's arguments and the PYTHONPATH it ran with."""
+def _pytest_calls_and_paths(repo: Path, env: dict, *args: str) -> list[tuple[str, str, str]]:
+    """Each pytest call's arguments, the PYTHONPATH it ran with and its GEMM settings
+    (``CONVSEL_GEMM/CONVSEL_TEST_GEMM``)."""
     _executable(repo / ".venv" / "bin" / "python", RECORDING_PYTEST)
-    for name in ("pytest-args", "pytest-pythonpath"):
+    for name in ("pytest-args", "pytest-pythonpath", "pytest-gemm"):
         (repo / name).unlink(missing_ok=True)
+    env = {k: v for k, v in env.items() if k not in ("CONVSEL_GEMM", "CONVSEL_TEST_GEMM")}
     done = _script(repo, env, "scripts/test.sh", *args)
     assert done.returncode == 0, done.stderr
-    return list(zip((repo / "pytest-args").read_text().splitlines(),
-                    (repo / "pytest-pythonpath").read_text().splitlines(), strict=True))
+    return list(zip(*((repo / name).read_text().splitlines()
+                      for name in ("pytest-args", "pytest-pythonpath", "pytest-gemm")),
+                    strict=True))
 
 
 def test_the_whole_suite_runs_in_a_parallel_part_then_a_serial_one(sandbox):
     """Tests that never time a kernel on every core, the rest one at a time (and none twice),
-    then the numpy backend's tests as without the cpu extra (numba unimportable); given test
-    paths, just those, in one process."""
+    then the numpy backend's tests as without the cpu extra (numba unimportable), all with
+    numpy's BLAS; then those tests again with oneMKL's GEMM (x86-64); given test paths, just
+    those, in one process."""
     repo, env = sandbox
-    (parallel, p1), (serial, p2), (no_numba, p3) = _pytest_calls_and_paths(repo, env, "-q")
+    calls = _pytest_calls_and_paths(repo, env, "-q")
+    (parallel, p1, g1), (serial, p2, g2), (no_numba, p3, g3) = calls[:3]
+    assert g1 == g2 == g3 == "numpy/"
+    if platform.machine() == "x86_64":
+        [(with_mkl, p4, g4)] = calls[3:]
+        assert with_mkl == no_numba and g4 == "mkl/mkl" and "without_numba" not in p4
+    else:
+        assert calls[3:] == []
     assert parallel.startswith("-m pytest -n auto --dist worksteal tests/algorithms ")
     assert parallel.endswith(" -q") and "--ignore" not in parallel
     paths = parallel.split()[6:-1]

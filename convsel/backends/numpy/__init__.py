@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...verdict import Verdict
-from . import accel
+from . import accel, gemm
 from .threads import thread_count
 
 
@@ -23,13 +23,16 @@ def get_runtime(device: Any = None) -> None:
 
 def device_identity(runtime: Any = None) -> dict[str, str]:
     """What decides this backend's speed, as the tuning database's device key: the CPU model,
-    numpy with its BLAS, and whether the fused kernels run (:mod:`.accel`). Threads are not
-    part of it: each timing records the threads it ran with (:mod:`convsel.threads`; set them
-    with :func:`.threads.set_threads`), and an answer from timings made with other threads
-    says so."""
+    numpy with its BLAS (and oneMKL where it runs the GEMMs: :mod:`.gemm`), and whether the
+    fused kernels run (:mod:`.accel`). Threads are not part of it: each timing records the
+    threads it ran with (:mod:`convsel.threads`; set them with
+    :func:`.threads.set_threads`), and an answer from timings made with other threads says
+    so."""
+    # oneMKL named only where it multiplies: keys of timings taken before it existed stand
+    by = f"; {gemm.describe()}" if gemm.library() == "mkl" else ""
     return {"backend": "numpy", "vendor": platform.machine(),
             "name": _cpu_model() or platform.processor() or platform.machine(),
-            "driver": f"numpy {np.__version__}, {_blas()}; {accel.describe()}"}
+            "driver": f"numpy {np.__version__}, {_blas()}{by}; {accel.describe()}"}
 
 
 def _blas() -> str:
@@ -58,4 +61,4 @@ def describe() -> dict[str, Any]:
     return {"backend": "numpy", "available": ready.ok, "reason": ready.reason,
             "devices": [device_identity()],
             "counters": {"cpu_count": os.cpu_count() or 1, "fft_workers": thread_count()},
-            "fused_kernels": accel.describe()}
+            "fused_kernels": accel.describe(), "gemm": gemm.describe()}

@@ -30,6 +30,7 @@ from ...problem import ConvProblem
 from ...verdict import Verdict
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output, padded_bytes
 from .epilogue import cast, finish
+from .gemm import matmul
 from .profile import phase
 
 
@@ -149,7 +150,7 @@ class Direct(Prepared):
         """``out = window ⋆ w`` for one tap: a GEMM, a depthwise scale, or grouped einsum."""
         p = self.problem
         if p.groups == 1:
-            np.matmul(window, w, out=out)
+            matmul(window, w, out=out)
             return
         rows, cols = window.shape[:2]
         g = p.groups

@@ -22,6 +22,7 @@ from . import bands
 from .blas import gemm_bias
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import cast, finish
+from .gemm import matmul
 from .profile import phase
 
 
@@ -78,7 +79,7 @@ class Gemm1x1(Prepared):
             with phase("copy"):
                 a = self._copy(x, "augmented", ones=True)
             with phase("blas"):
-                np.matmul(a.reshape(rows, p.c + 1), self.w, out=y.reshape(rows, p.k))
+                matmul(a.reshape(rows, p.c + 1), self.w, out=y.reshape(rows, p.k))
         else:
             with phase("copy"):
                 if p.stride == (1, 1) or not self.accelerated:
@@ -107,7 +108,7 @@ class Gemm1x1(Prepared):
                        False)
                 a = band.reshape(pixels, p.c)
             out = y[image, first: first + count].reshape(pixels, p.k)
-            np.matmul(a, self.w, out=out)
+            matmul(a, self.w, out=out)
             if self.bias is not None or p.activation is not None:
                 bias_activation(out, self.bias, code_of(p.activation))
 
@@ -124,7 +125,7 @@ class Gemm1x1(Prepared):
         out = y.reshape(rows, p.k)
 
         def block(first: int, last: int) -> None:
-            np.matmul(a, self.w[:, first:last], out=out[:, first:last])
+            matmul(a, self.w[:, first:last], out=out[:, first:last])
 
         bands.run_columns(block, p.k, self.threads)
 

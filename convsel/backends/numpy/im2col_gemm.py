@@ -44,6 +44,7 @@ from .common import (
     pieces,
 )
 from .epilogue import cast, finish
+from .gemm import matmul
 from .profile import phase
 
 
@@ -140,7 +141,7 @@ class Im2colGemm(Prepared):
                 if self.fold_bias:
                     cols[..., taps] = 1.0
             with phase("blas"):
-                np.matmul(cols.reshape(count, self.depth), self.w[0],
+                matmul(cols.reshape(count, self.depth), self.w[0],
                           out=out.reshape(count, p.k))
 
     def _fused(self, x: np.ndarray, y: np.ndarray) -> None:
@@ -156,7 +157,7 @@ class Im2colGemm(Prepared):
                 im2col(x[images], cols, rows.start, (p.kh, p.kw), p.stride, p.dilation,
                        (p.pad[0], p.pad[2]), self.fold_bias)
             with phase("blas"):
-                np.matmul(cols.reshape(count, self.depth), self.w[0],
+                matmul(cols.reshape(count, self.depth), self.w[0],
                           out=out.reshape(count, p.k))
 
     def _band(self, x: np.ndarray, y: np.ndarray, start: int, stop: int) -> None:
@@ -172,7 +173,7 @@ class Im2colGemm(Prepared):
             im2col(x[image: image + 1], cols, first, (p.kh, p.kw), p.stride, p.dilation,
                    (p.pad[0], p.pad[2]), self.fold_bias)
             out = y[image, first: first + count].reshape(count * p.out_w, p.k)
-            np.matmul(cols.reshape(count * p.out_w, self.depth), self.w[0], out=out)
+            matmul(cols.reshape(count * p.out_w, self.depth), self.w[0], out=out)
             bias = None if self.fold_bias else self.bias
             if bias is not None or p.activation is not None:
                 bias_activation(out, bias, code_of(p.activation))
@@ -191,7 +192,7 @@ class Im2colGemm(Prepared):
         a, out = cols.reshape(rows, self.depth), y.reshape(rows, p.k)
 
         def block(first: int, last: int) -> None:
-            np.matmul(a, self.w[0][:, first:last], out=out[:, first:last])
+            matmul(a, self.w[0][:, first:last], out=out[:, first:last])
 
         bands.run_columns(block, p.k, self.threads)
 
@@ -224,7 +225,7 @@ class Im2colGemm(Prepared):
                 if self.fold_bias:
                     cols_t[taps] = 1.0
             with phase("blas"):
-                np.matmul(cols_t.T, self.w[0], out=y[images, rows].reshape(count, p.k))
+                matmul(cols_t.T, self.w[0], out=y[images, rows].reshape(count, p.k))
 
     def _grouped(self, fields: np.ndarray, y: np.ndarray) -> None:
         p = self.problem
@@ -241,7 +242,7 @@ class Im2colGemm(Prepared):
         else:
             product = self.scratch("product", (g, rows, y.shape[2]))
             with phase("blas"):
-                np.matmul(cols, self.w, out=product)
+                matmul(cols, self.w, out=product)
             with phase("copy"):
                 y[...] = product.transpose(1, 0, 2)
 

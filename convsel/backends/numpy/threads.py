@@ -105,6 +105,9 @@ def _loaded_blas() -> list[Any]:
 
 def _blas_controller() -> Any:
     """threadpoolctl's view of the loaded BLAS libraries, or None without threadpoolctl."""
+    from .gemm import library
+
+    library()   # loads oneMKL now if it is to multiply, so that its threads are governed too
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:

@@ -49,6 +49,7 @@ from .common import (
     pieces,
 )
 from .epilogue import cast, finish
+from .gemm import matmul
 from .profile import phase
 
 TRANSPOSE_MAX_TILES = 16   # tiles per run up to which the GEMMs run transposed (see __init__)
@@ -149,7 +150,7 @@ class Winograd(Prepared):
                                         (p.pad[0], p.pad[2]))
             m = self.scratch("m", (ny * nx, tiles, p.k))
             with phase("blas"):
-                np.matmul(v, self.u, out=m)
+                matmul(v, self.u, out=m)
             with phase("fused"):
                 self.transforms.backward(m, y[images], self.fused_bias, rows.start, count, tw,
                                          activation)
@@ -167,7 +168,7 @@ class Winograd(Prepared):
             self.transforms.forward(x[image: image + 1], v, first, count, tw,
                                     (p.pad[0], p.pad[2]))
             m = self.scratch("band_m", (ny * nx, count * tw, p.k))
-            np.matmul(v, self.u, out=m)
+            matmul(v, self.u, out=m)
             self.transforms.backward(m, y[image: image + 1], self.fused_bias, first, count,
                                      tw, activation)
 
@@ -182,16 +183,16 @@ class Winograd(Prepared):
             np.copyto(d.reshape(ny, nx, n, th, tw, p.c), windows.transpose(4, 5, 0, 1, 2, 3))
         with phase("transform"):
             v = self.scratch("v", (positions, count, p.c))
-            np.matmul(self.bt, d, out=v.reshape(positions, count * p.c))
+            matmul(self.bt, d, out=v.reshape(positions, count * p.c))
         m = self.scratch("m", (positions, count * p.k))
         with phase("blas"):
             if self.transposed:   # (T, K, C) @ (T, C, tiles)
-                np.matmul(self.u, v.transpose(0, 2, 1), out=m.reshape(positions, p.k, count))
+                matmul(self.u, v.transpose(0, 2, 1), out=m.reshape(positions, p.k, count))
             else:                 # (T, tiles, C) @ (T, C, K)
-                np.matmul(v, self.u, out=m.reshape(positions, count, p.k))
+                matmul(v, self.u, out=m.reshape(positions, count, p.k))
         with phase("transform"):
             out = self.scratch("out", (my * mx, count * p.k))
-            np.matmul(self.at, m, out=out)
+            matmul(self.at, m, out=out)
         with phase("copy"):
             # one strided copy per position in the output tile, straight into y (plus bias)
             if self.transposed:
