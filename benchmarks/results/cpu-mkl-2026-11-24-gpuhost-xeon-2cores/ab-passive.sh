@@ -1,0 +1,14 @@
+#!/bin/bash
+# device: oneMKL with GNU OpenMP's default spinning against OMP_WAIT_POLICY=PASSIVE
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+mkdir -p /tmp/mkl && cat /tmp/mklparts/mklpart.00 /tmp/mklparts/mklpart.01 .wt/mkl3/mklpart.02 | tar -C /tmp/mkl -xJf - || exit 1
+export CONVSEL_MKL_RT=/tmp/mkl/libmkl_rt.so.3
+R=benchmarks/results/cpu-mkl-2026-11-24-gpuhost-xeon-2cores
+CH="--choice $R/call1/cpu-resnet50-mkl-1.json --choice $R/call1/cpu-resnet50-mkl-2.json --choice $R/call2/cpu-resnet50-mkl-plain-1.json --choice $R/call2/cpu-resnet50-mkl-plain-2.json --choice $R/choice-depthwise-v3.json"
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 PYTHONUNBUFFERED=1 taskset -c 4,5 \
+  python3 benchmarks/cpu_ab.py --old . --new . --extra-path /tmp/site \
+  --old-env CONVSEL_GEMM=mkl --new-env CONVSEL_GEMM=mkl --new-env OMP_WAIT_POLICY=PASSIVE $CH \
+  --layers .wt/mkl3/layers.json --net resnet50 --net mobilenet_v2_depthwise \
+  --pairs 4 --deadline-s 300 --out $OUT/cpu-ab-mkl-passive.json > $OUT/cpu-ab-mkl-passive.log 2>&1
+echo "rc $?"; tail -4 $OUT/cpu-ab-mkl-passive.log
