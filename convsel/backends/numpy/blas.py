@@ -17,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from .gemm import matmul
+from .mkl import PackedB
 from .profile import phase
 
 
-def gemm_bias(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: np.ndarray,
-              accelerated: bool = False) -> None:
+def gemm_bias(a: np.ndarray, b: np.ndarray | PackedB, bias: np.ndarray | None,
+              out: np.ndarray, accelerated: bool = False) -> None:
     """``out[...] = a @ b + bias`` (float32 2-D; ``bias`` of length ``out.shape[1]`` or None;
     ``accelerated``: the bias added by the cpu extra's threaded epilogue)."""
     with phase("blas"):

@@ -16,6 +16,7 @@ import numpy as np
 from ... import config
 from ...errors import InvalidProblemError
 from ...verdict import Verdict
+from .mkl import PackedB
 
 FIELD = "gemm"
 CHOICES = ("auto", "numpy", "mkl")
@@ -87,12 +88,35 @@ def _intel_cpu() -> bool:
         return False
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``out[...] = a @ b`` (numpy.matmul's meaning) by the library in force; products
-    oneMKL cannot take as laid out (see :func:`.mkl.sgemm`) run in numpy."""
+def matmul(a: np.ndarray, b: np.ndarray | PackedB, out: np.ndarray) -> None:
+    """``out[...] = a @ b`` (numpy.matmul's meaning) by the library in force; ``b`` may be
+    weights from :func:`packed`. Products oneMKL cannot take as laid out (see
+    :func:`.mkl.sgemm`) run in numpy."""
     if library() == "mkl":
         from . import mkl
 
-        if mkl.sgemm(a, b, out):
+        if isinstance(b, PackedB):
+            if mkl.sgemm_packed(a, b, out):
+                return
+        elif mkl.sgemm(a, b, out):
             return
-    np.matmul(a, b, out=out)
+    np.matmul(a, b.array if isinstance(b, PackedB) else b, out=out)
+
+
+# Weights are packed for products of at most this many rows. MKL packs the right-hand matrix
+# on every call; with few rows that is a large share of the product. Measured interleaved on
+# the quiet host (2 cores, ResNet-50 b1, benchmarks/NOTES-cpu.md "oneMKL"), packed ÷ plain,
+# two runs: the 49-row GEMM layers 0.70 / 0.72, 0.69 / 0.77 and 0.84 / 1.16; packing every
+# layer, the 196-row ones 0.84-1.26 (mixed) and the larger ones 0.98-1.19 (no gain).
+PACKED_MAX_ROWS = 128
+
+
+def packed(b: np.ndarray, rows: int) -> np.ndarray | PackedB:
+    """Weights ``b`` (k x n) for :func:`matmul`'s right-hand side: packed once by oneMKL
+    where it multiplies and the products have at most PACKED_MAX_ROWS rows (``rows``), else
+    ``b`` itself. Decided at prepare time, like the rest of a prepared kernel."""
+    if library() != "mkl" or rows > PACKED_MAX_ROWS:
+        return b
+    from . import mkl
+
+    return mkl.pack_b(b, rows) or b

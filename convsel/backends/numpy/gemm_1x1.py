@@ -22,7 +22,7 @@ from . import bands
 from .blas import gemm_bias
 from .common import ITEM, Prepared, as_f32, check_x, float_only, new_output
 from .epilogue import cast, finish
-from .gemm import matmul
+from .gemm import matmul, packed
 from .profile import phase
 
 
@@ -60,6 +60,8 @@ class Gemm1x1(Prepared):
             self.w = as_f32(w_ohwi.reshape(p.k, p.c).T)
             self.augmented = False
         self.chunk = bands.chunk_units(p.out_w * (p.c + p.k) * ITEM)
+        # the whole-layer product's weights, packed once where oneMKL multiplies
+        self.b = self.w if self.banded else packed(self.w, rows)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
@@ -79,14 +81,14 @@ class Gemm1x1(Prepared):
             with phase("copy"):
                 a = self._copy(x, "augmented", ones=True)
             with phase("blas"):
-                matmul(a.reshape(rows, p.c + 1), self.w, out=y.reshape(rows, p.k))
+                matmul(a.reshape(rows, p.c + 1), self.b, out=y.reshape(rows, p.k))
         else:
             with phase("copy"):
                 if p.stride == (1, 1) or not self.accelerated:
                     x = self.float32(self._subsampled(x))
                 else:
                     x = self._copy(x, "subsampled", ones=False)
-            gemm_bias(x.reshape(rows, p.c), self.w, self.bias, y.reshape(rows, p.k),
+            gemm_bias(x.reshape(rows, p.c), self.b, self.bias, y.reshape(rows, p.k),
                       self.accelerated)
         return finish(p, y, None, self.accelerated)
 

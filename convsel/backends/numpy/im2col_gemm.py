@@ -44,7 +44,7 @@ from .common import (
     pieces,
 )
 from .epilogue import cast, finish
-from .gemm import matmul
+from .gemm import matmul, packed
 from .profile import phase
 
 
@@ -96,6 +96,9 @@ class Im2colGemm(Prepared):
         self.chunk = bands.chunk_units(p.out_w * (self.depth + p.k) * ITEM)
         self.threads = bands.threads_for(p.flops // 2)
         self.by_columns = p.n * p.out_h * p.out_w < bands.COLUMN_SPLIT_MAX_ROWS
+        # the pieces' products' weights, packed once where oneMKL multiplies
+        self.b = (packed(self.w[0], p.n * p.out_h * p.out_w) if g == 1 and not self.banded
+                  else self.w[0])
 
     def run(self, x: np.ndarray) -> np.ndarray:
         p = self.problem
@@ -141,7 +144,7 @@ class Im2colGemm(Prepared):
                 if self.fold_bias:
                     cols[..., taps] = 1.0
             with phase("blas"):
-                matmul(cols.reshape(count, self.depth), self.w[0],
+                matmul(cols.reshape(count, self.depth), self.b,
                           out=out.reshape(count, p.k))
 
     def _fused(self, x: np.ndarray, y: np.ndarray) -> None:
@@ -157,7 +160,7 @@ class Im2colGemm(Prepared):
                 im2col(x[images], cols, rows.start, (p.kh, p.kw), p.stride, p.dilation,
                        (p.pad[0], p.pad[2]), self.fold_bias)
             with phase("blas"):
-                matmul(cols.reshape(count, self.depth), self.w[0],
+                matmul(cols.reshape(count, self.depth), self.b,
                           out=out.reshape(count, p.k))
 
     def _band(self, x: np.ndarray, y: np.ndarray, start: int, stop: int) -> None:
@@ -225,7 +228,7 @@ class Im2colGemm(Prepared):
                 if self.fold_bias:
                     cols_t[taps] = 1.0
             with phase("blas"):
-                matmul(cols_t.T, self.w[0], out=y[images, rows].reshape(count, p.k))
+                matmul(cols_t.T, self.b, out=y[images, rows].reshape(count, p.k))
 
     def _grouped(self, fields: np.ndarray, y: np.ndarray) -> None:
         p = self.problem

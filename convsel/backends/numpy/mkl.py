@@ -41,6 +41,7 @@ FIELD = "mkl_rt"
 _ROW_MAJOR = 101
 _NO_TRANS, _TRANS = 111, 112
 _THREADING_SEQUENTIAL, _THREADING_GNU = 1, 3
+_PACKED, _B_MATRIX = 151, 162
 _CPU_LAYERS = ("avx512", "avx10", "avx2", "mc3", "def")
 
 
@@ -129,6 +130,12 @@ def _declare(cdll: ctypes.CDLL) -> None:
     i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
     cdll.cblas_sgemm.restype = None
     cdll.cblas_sgemm.argtypes = [i, i, i, i, i, i, f, p, i, p, i, f, p, i]
+    cdll.cblas_sgemm_pack_get_size.restype = ctypes.c_size_t
+    cdll.cblas_sgemm_pack_get_size.argtypes = [i, i, i, i]
+    cdll.cblas_sgemm_pack.restype = None
+    cdll.cblas_sgemm_pack.argtypes = [i, i, i, i, i, i, f, p, i, p]
+    cdll.cblas_sgemm_compute.restype = None
+    cdll.cblas_sgemm_compute.argtypes = [i, i, i, i, i, i, p, i, p, i, f, p, i]
     cdll.cblas_sgemm_batch_strided.restype = None
     cdll.cblas_sgemm_batch_strided.argtypes = [i, i, i, i, i, i, f, p, i, i, p, i, i,
                                                f, p, i, i, i]
@@ -243,4 +250,59 @@ def _batched(cdll: ctypes.CDLL, a: np.ndarray, b: np.ndarray, out: np.ndarray) -
     cdll.cblas_sgemm_batch_strided(_ROW_MAJOR, ta, tb, m, n, k, 1.0, a.ctypes.data, lda,
                                    step(a), b.ctypes.data, ldb, step(b), 0.0,
                                    out.ctypes.data, ldc, step(out), batch)
+    return True
+
+
+@dataclass(frozen=True, eq=False)
+class PackedB:
+    """A right-hand matrix in oneMKL's packed storage (``cblas_sgemm_pack``), for products
+    that reuse it: a layer's weights, packed once when the layer is prepared, so that each
+    product skips the packing MKL otherwise does per call. ``array`` is the matrix itself, for
+    numpy and for left operands the packed product cannot take. The storage costs memory
+    beside the weights (about 1.7x their size on the shapes measured) and must not move:
+    MKL's metadata in it depends on its address."""
+
+    array: np.ndarray
+    storage: np.ndarray
+    address: int
+
+
+def pack_b(b: np.ndarray, rows: int) -> PackedB | None:
+    """``b`` (k x n, float32) packed for products with about ``rows`` rows on the left, or
+    None where oneMKL is not loaded or ``b`` is not laid out as CBLAS reads it."""
+    lib = library()
+    if isinstance(lib, Verdict) or b.ndim != 2 or not _fits(b) or rows < 1:
+        return None
+    layout = _matrix(b)
+    if layout is None:
+        return None
+    trans, ld = layout
+    k, n = b.shape
+    size = lib.cdll.cblas_sgemm_pack_get_size(_B_MATRIX, rows, n, k)
+    storage = np.empty(size + 64, np.uint8)
+    address = storage.ctypes.data + (-storage.ctypes.data) % 64
+    lib.cdll.cblas_sgemm_pack(_ROW_MAJOR, _B_MATRIX, trans, rows, n, k, 1.0, b.ctypes.data, ld,
+                              address)
+    return PackedB(b, storage, address)
+
+
+def sgemm_packed(a: np.ndarray, b: PackedB, out: np.ndarray) -> bool:
+    """``out[...] = a @ b.array`` through the packed storage (``cblas_sgemm_compute``), for a
+    2-D ``a`` CBLAS can read and a row-major ``out``; False, having done nothing, otherwise."""
+    lib = library()
+    if isinstance(lib, Verdict) or a.ndim != 2 or out.ndim != 2 or not _fits(a, out):
+        return False
+    k, n = b.array.shape
+    m = a.shape[0]
+    if a.shape[1] != k or out.shape != (m, n) or np.may_share_memory(out, a):
+        return False
+    if out.strides[1] != 4 and n > 1:
+        return False
+    layout = _matrix(a)
+    ldc = out.strides[0] // 4 if m > 1 else n
+    if layout is None or ldc < max(1, n):
+        return False
+    ta, lda = layout
+    lib.cdll.cblas_sgemm_compute(_ROW_MAJOR, ta, _PACKED, m, n, k, a.ctypes.data, lda,
+                                 b.address, n, 0.0, out.ctypes.data, ldc)
     return True

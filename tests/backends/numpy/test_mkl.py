@@ -162,3 +162,39 @@ def test_the_library_ci_asks_for_is_the_one_that_multiplies() -> None:
         pytest.skip("CONVSEL_TEST_GEMM not set (only scripts/test.sh's GEMM parts set it)")
     gemm._chosen = None
     assert gemm.library() == wanted, gemm.describe()
+
+
+@needs_mkl
+def test_packed_weights_for_every_left_operand_the_layers_pass() -> None:
+    """Weights packed once (for the layer's row count) serve products of other row counts
+    (im2col's last piece), a transposed left matrix (im2col's planar path) and a row block
+    of a wider output; an output CBLAS cannot take goes to numpy with the plain weights."""
+    rng = np.random.default_rng(5)
+    w = _rand(rng, 45, 21)
+    gemm.use_gemm("mkl")
+    assert gemm.packed(w, gemm.PACKED_MAX_ROWS + 1) is w   # many rows: MKL's own packing
+    b = gemm.packed(w, 100)
+    assert isinstance(b, mkl.PackedB) and b.array is w
+    for rows in (100, 37, 1):
+        a = _rand(rng, rows, 45)
+        out = _poisoned((rows, 21))
+        assert mkl.sgemm_packed(a, b, out)
+        np.testing.assert_allclose(out, a.astype(np.float64) @ w, rtol=0, atol=TOLERANCE)
+    a_t = np.asfortranarray(_rand(rng, 30, 45))
+    out = _poisoned((30, 21))
+    assert mkl.sgemm_packed(a_t, b, out)
+    np.testing.assert_allclose(out, a_t.astype(np.float64) @ w, rtol=0, atol=TOLERANCE)
+    wide = _poisoned((30, 40))
+    assert mkl.sgemm_packed(a_t, b, wide[:, 5:26])
+    assert np.isnan(wide[:, :5]).all() and np.isnan(wide[:, 26:]).all()
+    column_major = _poisoned((30, 21), order="F")
+    assert not mkl.sgemm_packed(a_t, b, column_major)
+    gemm.matmul(a_t, b, column_major)
+    np.testing.assert_allclose(column_major, a_t.astype(np.float64) @ w, rtol=0,
+                               atol=TOLERANCE)
+
+
+def test_weights_stay_plain_where_numpy_multiplies() -> None:
+    gemm.use_gemm("numpy")
+    w = np.ones((3, 2), np.float32)
+    assert gemm.packed(w, 10) is w
