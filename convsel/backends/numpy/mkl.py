@@ -74,9 +74,10 @@ def _candidates() -> list[str]:
 
 def _missing_layers(rt: str, threading: str) -> list[str]:
     """The MKL layers libmkl_rt will load that are not beside it (by the names it uses)."""
+    if os.sep not in rt or not os.path.exists(rt):
+        return []   # a bare soname from the loader (its layers are on the loader's path), or
+        # no file at all (loading it fails cleanly)
     folder = os.path.dirname(os.path.abspath(rt))
-    if not os.path.isabs(rt) or not os.path.exists(rt):
-        return []   # a bare soname from the loader: its layers are on the loader's path
     suffix = rt.rsplit(".so", 1)[1]   # ".3": the layers carry the same version
     missing = [name for name in ("core", "intel_lp64", threading)
                if not glob.glob(os.path.join(folder, f"libmkl_{name}.so{suffix}*"))]

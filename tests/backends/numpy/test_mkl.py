@@ -120,12 +120,16 @@ def test_an_unknown_library_names_the_variable(monkeypatch: pytest.MonkeyPatch) 
         gemm.chosen()
 
 
-def test_an_incomplete_mkl_is_refused_before_loading(tmp_path: Path,
+@pytest.mark.parametrize("relative", [False, True])
+def test_an_incomplete_mkl_is_refused_before_loading(tmp_path: Path, relative: bool,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """MKL ends the process when a layer it loads is missing: a libmkl_rt without its
     layers is not loaded at all, and the backend multiplies with numpy's BLAS."""
     (tmp_path / "libmkl_rt.so.3").write_bytes(b"not a library")
-    monkeypatch.setenv("CONVSEL_MKL_RT", str(tmp_path / "libmkl_rt.so.3"))
+    if relative:
+        monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CONVSEL_MKL_RT", os.path.join("." if relative else str(tmp_path),
+                                                      "libmkl_rt.so.3"))
     mkl.library.cache_clear()
     verdict = mkl.available()
     assert not verdict.ok and "libmkl_core" in verdict.reason
