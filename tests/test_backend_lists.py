@@ -264,6 +264,8 @@ def test_capabilities_report_each_backend_and_device():
     assert first["index"] == 0 and first["fp16"] == runtime.fp16
     assert first["f16"].startswith("native" if runtime.fp16 else "half storage")
     assert set(first["tensor_cores"]) == {"ok", "reason"}
+    cpu = report["numpy"]["devices"][0]
+    assert cpu["gemm"].startswith("GEMM by ") and cpu["fused_kernels"]
 
 
 def test_backends_cli_lists_the_names_a_backend_list_takes(capsys):
@@ -274,6 +276,7 @@ def test_backends_cli_lists_the_names_a_backend_list_takes(capsys):
     assert main(["backends", "--transfers"]) == 0
     out = capsys.readouterr().out
     assert "opencl:0 " in out and "device-resident arrays" in out and "host-device copy" in out
+    assert "GEMM by " in out   # which library runs the numpy backend's products
     assert main(["backends", "--json"]) == 0
     assert [b["backend"] for b in json.loads(capsys.readouterr().out)] == ["numpy", "opencl"]
 

@@ -36,12 +36,13 @@ def _backend(name: str, transfers: bool) -> dict[str, Any]:
 
 
 def _numpy_devices(transfers: bool) -> list[dict[str, Any]]:
-    from .numpy import device_identity
+    from .numpy import accel, device_identity, gemm
 
+    # which library multiplies and whether the fused kernels run decide the CPU's speed
     return [{"index": None, "name": device_identity()["name"], "type": "CPU",
              "f16": "float32 arithmetic, F16 in and out", "fp16": False, "fp64": True,
              "tensor_cores": {"ok": False, "reason": "the host CPU through BLAS"},
-             "transfer": None}]
+             "gemm": gemm.describe(), "fused_kernels": accel.describe(), "transfer": None}]
 
 
 def _opencl_devices(transfers: bool) -> list[dict[str, Any]]:

@@ -38,6 +38,8 @@ def render(report: list[dict[str, Any]]) -> str:
             cores = d["tensor_cores"]
             lines.append(f"    F16: {d['f16']}; fp64 {'yes' if d['fp64'] else 'no'}; tensor "
                          f"cores {'yes' if cores['ok'] else 'no'} ({cores['reason']})")
+            if d.get("gemm"):
+                lines.append(f"    {d['gemm']}; {d['fused_kernels']}")
             if d.get("transfer"):
                 t = d["transfer"]
                 lines.append(f"    host-device copy: {t['latency_ms']:.3g} ms + "
