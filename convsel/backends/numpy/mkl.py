@@ -14,8 +14,8 @@ Debian or unpacked oneMKL), else among the ``mkl`` wheel's files. MKL ends the p
 ("FATAL ERROR: Cannot load ...") when a layer it needs is missing, so every file it will
 load is checked before the first call, and MKL is only used when all are there.
 
-MKL runs its threads on GNU OpenMP (libgomp, the runtime numba and most Linux wheels load)
-rather than its default Intel OpenMP, so that one process does not hold two OpenMP
+MKL runs its threads on GNU OpenMP (libgomp: GCC's OpenMP, which PyTorch's Linux wheels load
+too) rather than its default Intel OpenMP, so that one process does not hold two OpenMP
 runtimes; without libgomp it runs single-threaded (MKL's sequential layer).
 """
 
