@@ -20,7 +20,7 @@ TOLERANCE = 64 * 2.0**-24 * 16
 
 
 @pytest.fixture(autouse=True)
-def _fresh_choice(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _fresh_choice() -> Iterator[None]:
     """Each test decides the library anew (the choice is cached per process)."""
     saved = gemm._chosen
     gemm._library_for.cache_clear()
@@ -54,8 +54,8 @@ def test_every_layout_the_backend_passes() -> None:
     rng = np.random.default_rng(1)
     a, b = _rand(rng, 37, 29), _rand(rng, 29, 23)
     _check(a, b, _poisoned((37, 23)))                           # row-major
-    _check(np.asfortranarray(a), b, _poisoned((37, 23)))        # a transposed in memory
-    _check(a, np.asfortranarray(b), _poisoned((37, 23)))        # im2col's planar cols_t.T
+    _check(np.asfortranarray(a), b, _poisoned((37, 23)))        # im2col's planar cols_t.T
+    _check(a, np.asfortranarray(b), _poisoned((37, 23)))        # b transposed in memory
     _check(a, b, _poisoned((37, 23), order="F"))                # output column-major
     _check(a[:, :1], b[:1], _poisoned((37, 23)))                # depth 1
     _check(a[:1], b, _poisoned((1, 23)))                        # one row
