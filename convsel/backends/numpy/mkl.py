@@ -79,11 +79,12 @@ def _missing_layers(rt: str, threading: str) -> list[str]:
         # no file at all (loading it fails cleanly)
     folder = os.path.dirname(os.path.abspath(rt))
     suffix = rt.rsplit(".so", 1)[1]   # ".3": the layers carry the same version
-    missing = [name for name in ("core", "intel_lp64", threading)
-               if not glob.glob(os.path.join(folder, f"libmkl_{name}.so{suffix}*"))]
+    def present(name: str) -> bool:
+        return bool(glob.glob(os.path.join(folder, f"libmkl_{name}.so{suffix}*")))
+
+    missing = [name for name in ("core", "intel_lp64", threading) if not present(name)]
     # MKL picks one code path for the CPU; which one cannot be asked before loading it
-    if not any(glob.glob(os.path.join(folder, f"libmkl_{name}.so{suffix}*"))
-               for name in _CPU_LAYERS):
+    if not any(present(name) for name in _CPU_LAYERS):
         missing.append("|".join(_CPU_LAYERS))
     return missing
 
