@@ -9,7 +9,9 @@ Leave-one-family-out: the same for each family of :mod:`.families` (grouped, dep
 few-channel, large-kernel, strided): the model is fitted without *any* shape of the family,
 sampled or from a net, and judged on the report's layers of that family, beside ACL's rules
 on the same layers. That is the question a new user's layers ask: what does the model do on
-a kind of shape it never saw?
+a kind of shape it never saw? Where the training database timed some of those layers (the
+nets'), its own winners are charged on the fresh run beside them: the floor that noise and
+drift between two runs set for any policy.
 """
 
 from __future__ import annotations
@@ -118,6 +120,10 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
                                             gpu=resolved.is_gpu)))
             else:
                 tuned.append(predicted[-1])
+        # The training run's own winners on the family's layers it timed (the nets' layers):
+        # how far one run of timings repeats, the floor for a policy that did not time them.
+        retimed = [(r, r.picks["measured"]) for r in rows if "measured" in r.picks]
+        predicted_retimed = [(r, p) for r, p in predicted if "measured" in r.picks]
         out[name] = {"description": description, "model_id": result.meta["id"],
                      "family": result.family, "accepted": result.meta["accepted"],
                      "verdict": result.meta["verdict"],
@@ -130,6 +136,9 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
                      "predicted_tuned": summarize(tuned),
                      "tuned_timed_candidates": timed_count,
                      "tuned_candidates": candidate_count,
+                     "retimed": summarize(retimed) if retimed else None,
+                     "predicted_on_retimed": (summarize(predicted_retimed) if retimed
+                                              else None),
                      "targets": _targets(acl, predicted),
                      "targets_never_abstaining": _targets(acl, always),
                      "targets_tuned": _targets(acl, tuned),

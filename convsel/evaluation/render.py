@@ -96,14 +96,15 @@ def table(report: Report, worst: int = 5) -> str:
 
 
 _POLICY_NAMES = {"acl": "acl", "predicted": "predicted", "predicted_never_abstaining": "no-abstain",
-                 "predicted_tuned": "tune-auto"}
+                 "predicted_tuned": "tune-auto", "retimed": "re-timed"}
 
 
 def family_table(folds: dict[str, Any]) -> str:
     """Leave-one-family-out: per held-out family, ACL's rules against the model fitted
     without it (geomean, MIOpen's mean, worst, picks of the fastest), where the model's picks
     came from, and issue 22's targets (regret <= 1.03, not worse than ACL, no layer above
-    1.5x unless ACL's is too)."""
+    1.5x unless ACL's is too); where the training run timed some of the layers, its own
+    winners re-timed (the floor)."""
     lines = [("leave-one-family-out: per family, a model fitted without any shape of it, "
               "judged on its layers"),
              (f"  {'family':<13} {'layers':>6} {'policy':<10} {'regret':>7} {'mean':>7} "
@@ -112,9 +113,10 @@ def family_table(folds: dict[str, Any]) -> str:
         if "error" in fold:
             lines.append(f"  {name:<13} {fold['error']}")
             continue
-        for policy in ("acl", "predicted", "predicted_never_abstaining", "predicted_tuned"):
+        for policy in ("acl", "predicted", "predicted_never_abstaining", "predicted_tuned",
+                       "retimed"):
             s = fold.get(policy)
-            if s is None:   # a report written before the tune-auto row
+            if s is None:   # a report written before the row, or no layer re-timed
                 continue
             share = f"{s['fastest_share']:.0%}" if s["fastest_share"] is not None else "-"
             tail = ""
@@ -133,6 +135,11 @@ def family_table(folds: dict[str, Any]) -> str:
                 tail = (f"  the {fold['abstained']} abstained layers timed "
                         f"{fold['tuned_timed_candidates']} of their "
                         f"{fold['tuned_candidates']} candidates (top {DEFAULT_TOP} + ACL's)")
+            elif policy == "retimed":
+                mine = fold["predicted_on_retimed"]
+                tail = (f"  the training run's own winners on the {s['layers']} layers it "
+                        f"timed (the floor for any policy); predicted there "
+                        f"{_x(mine['geomean_regret'], '-')} / {_x(mine['worst_regret'], '-')}")
             lines.append(f"  {name if policy == 'acl' else '':<13} "
                          f"{s['layers'] if policy == 'acl' else '':>6} "
                          f"{_POLICY_NAMES[policy]:<10} "

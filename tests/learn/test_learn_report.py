@@ -153,6 +153,38 @@ def test_each_family_is_judged_by_a_model_that_never_saw_any_of_it(tmp_path):
     assert json.loads(json.dumps(report.to_dict()))["family_cv"]["strided"]["layers"]
 
 
+def test_the_family_table_charges_the_training_runs_own_winners_as_the_floor(tmp_path):
+    """Where the training database timed some of a held-out family's layers (a net's), the
+    fold's re-timed row charges its own winners on the fresh run: Winograd won there and is
+    10x slower here, so the floor is above 1 on exactly the layers it timed."""
+    from convsel.evaluation.crossval import leave_one_family_out
+    from convsel.evaluation.render import table
+
+    ident = device_identity("numpy")
+    large = [ConvProblem(1, h, h, c, 32, 5, 5, pad=2) for h in (12, 20) for c in (160, 200)]
+    train, fresh = TuningDB(tmp_path / "train.sqlite"), TuningDB(tmp_path / "fresh.sqlite")
+    train.record_many([entry_for(p, ident) for p in [*training_problems(), *large[:2]]])
+    layers = [Layer("l", f"l{i}", p) for i, p in enumerate(large)]
+    fresh.record_many([entry_for(x.problem, ident, cost=_winograd_slow) for x in layers])
+    report = report_from_db(layers, fresh, backend="numpy", device=ident, training=train)
+    fold = leave_one_family_out(report, train.entries(), families=["roofline"])["large-kernel"]
+    assert fold["excluded_training_entries"] == 2          # the model never saw them
+    assert fold["retimed"]["layers"] == fold["predicted_on_retimed"]["layers"] == 2
+    assert fold["predicted"]["layers"] == 4
+    timed = [r for r in report.layers if "measured" in r.picks]
+    assert [r.layer.problem for r in timed] == large[:2]
+    assert all(r.picks["measured"].label.startswith("winograd") for r in timed)
+    assert fold["retimed"]["geomean_regret"] == pytest.approx(
+        (timed[0].picks["measured"].regret * timed[1].picks["measured"].regret) ** 0.5)
+    # Winograd at 0.4x im2col's time in training, 10x that here: 4x im2col, the fastest
+    assert fold["retimed"]["geomean_regret"] == pytest.approx(4.0)
+    assert "re-timed" in table(report)
+    # a fresh report with no training database has no such row
+    bare = report_from_db(layers, fresh, backend="numpy", device=ident)
+    assert leave_one_family_out(bare, train.entries(),
+                                families=["roofline"])["large-kernel"]["retimed"] is None
+
+
 def test_tune_auto_times_the_shortlist_where_the_model_abstains(tmp_path):
     """The family table's tune-auto row: a layer the model abstains on costs the fastest of
     its shortlist (the model's top 3 and ACL's pick) in the fresh timings, so never more than
