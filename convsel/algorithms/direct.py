@@ -14,7 +14,21 @@ from .spec import AlgorithmSpec, backend_modules
 BAND_ELEMENTS = 1 << 16   # numpy: floats in one band's product buffer (256 KiB: stays in L2)
 
 
+def has_channel_multiplier(p: ConvProblem) -> bool:
+    """One input channel per group and several outputs from each (groups == C < K)."""
+    return p.groups > 1 and p.c == p.groups and p.k > p.groups
+
+
+def as_depthwise(p: ConvProblem) -> ConvProblem:
+    """The depthwise problem (K channels, one output each) that a channel multiplier is once
+    every input channel is repeated K/C times: output k reads input channel k // (K/C) either
+    way, with the same weights (K, KH, KW, 1)."""
+    return p.replace(c=p.k, groups=p.k)
+
+
 def numpy_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    if has_channel_multiplier(p):   # the repeated input, then the depthwise kernel's own
+        return p.n * p.h * p.w * p.k * p.element_size + numpy_workspace(as_depthwise(p), params)
     band = max(1, BAND_ELEMENTS // (p.out_w * p.k))
     cg, kg = p.c // p.groups, p.k // p.groups
     # depthwise with padding works on a padded copy of the input (which replaces F16's copy)

@@ -78,6 +78,8 @@ def test_estimate_equals_numpy_kernels_on_every_shipped_layer():
     ConvProblem(2, 300, 300, 64, 64, 3, 3, pad=1),              # im2col/winograd in bands
     ConvProblem(1, 540, 960, 16, 32, 9, 9, pad=4),              # 1080p-ish large kernel
     ConvProblem(1, 256, 256, 96, 96, 3, 3, pad=1, groups=96),   # depthwise, grouped im2col
+    ConvProblem(2, 28, 28, 32, 64, 7, 7, pad=3, groups=32),     # a channel multiplier
+    ConvProblem(1, 19, 23, 8, 24, 3, 3, stride=2, groups=8, dtype="F16"),
     ConvProblem(1, 64, 64, 32, 32, 3, 3, pad=(0, 2, 1, 0), dtype="F16"),
     ConvProblem(3, 33, 17, 8, 12, 1, 1, stride=2),
     ConvProblem(1, 40, 40, 8, 8, 5, 3, dilation=(2, 3), pad=(3, 2)),

@@ -92,6 +92,25 @@ def test_groups_inferred_from_weights(algorithm: str, groups: int, k: int) -> No
     assert_within_tolerance(p, x, w, b, y, algorithm)
 
 
+@pytest.mark.parametrize("p", [
+    ConvProblem(1, 12, 13, 6, 12, 3, 3, pad=1, groups=6, activation="relu"),
+    ConvProblem(2, 15, 11, 4, 12, 5, 5, stride=2, pad=(2, 1, 0, 2), groups=4),
+    ConvProblem(1, 16, 16, 3, 6, 7, 7, dilation=2, pad=3, groups=3, dtype="F16"),
+])
+def test_a_channel_multiplier_runs_as_depthwise_on_the_repeated_input(p: ConvProblem) -> None:
+    from convsel.backends.numpy.direct import ChannelMultiplier
+
+    dtype = np.float16 if p.dtype == "F16" else np.float32
+    x, w, b = _data(p.input_shape, p.weights_shape, seed=5, dtype=dtype)
+    op = prepare(p, w, b, algorithm="direct")   # the activation is part of the problem
+    kernel = op.kernel
+    assert isinstance(kernel, ChannelMultiplier)
+    inner = kernel.depthwise.problem
+    assert (inner.c, inner.groups, inner.k) == (p.k, p.k, p.k) and inner.is_depthwise
+    assert_within_tolerance(p, x, w, b, op.run(x), "direct")
+    assert_within_tolerance(p, 2 * x, w, b, op.run(2 * x), "direct")   # the buffer reused
+
+
 def test_grouped_problems_run_somewhere() -> None:
     assert any(accepts(a, ConvProblem(2, 10, 11, 6, k, 3, 3, groups=g))
                for a in ALGORITHMS for g, k in GROUPED)
