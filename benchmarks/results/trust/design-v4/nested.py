@@ -1,7 +1,8 @@
 """Training-only design check for v4 (benchmarks/results/trust/NOTES.md, "v4"): as
 design-v3/nested.py (per shape family, the whole of `convsel fit` on the training export
 without that family, the predicted policy judged on the training export's shapes of it), with
-the gradient-boosted trees changed by one of :data:`VARIANTS` in this process only. No fresh
+the gradient-boosted trees or the extrapolation gate changed by one of :data:`VARIANTS` in
+this process only. No fresh
 timing is read.
 
     gunzip -k train.json.gz; convsel db --db /tmp/X/train.sqlite import train.json
@@ -39,11 +40,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-channels": {"hide": CHANNELS},
     "linear": {"params": {"linear_tree": True, "linear_lambda": 1.0}},
     "smooth": {"params": {"num_leaves": 7, "min_data_in_leaf": 10}},
+    # the gate's worst case: no worse than the rules' or below issue 22's 1.5x blunder line
+    "gate-1.5": {"gate_worst": 1.5},
 }
 
 
 def use(variant: str) -> None:
     spec = VARIANTS[variant]
+    if "gate_worst" in spec:
+        from convsel.learn import trust
+        rule = trust.no_worse
+        trust.no_worse = lambda worst, rules_worst: (worst <= spec["gate_worst"]
+                                                     or rule(worst, rules_worst))
     hidden = [FEATURE_NAMES.index(n) for n in spec.get("hide", ())]
     models.GBT_PARAMS.update(spec.get("params", {}))
     if not hidden:
