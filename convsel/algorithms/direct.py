@@ -70,7 +70,8 @@ def opencl_features(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, floa
 
 
 SPEC = AlgorithmSpec(
-    "direct", "direct convolution, one output at a time (grouped and depthwise too)",
+    "direct",
+    "direct convolution, one output at a time (grouped, depthwise and channel multipliers too)",
     cpu_method="DIRECT", gpu_method="DIRECT", supports=any_problem("direct"),
     backends=backend_modules("direct", "numpy", "opencl"),
     timing_rank=5, colour="tab:brown",
