@@ -4,7 +4,8 @@ input tiles are gathered from NHWC straight into local memory; no im2col buffer.
 The same kernel, with a 1x1 geometry, is the tiled GEMM of gemm_1x1, im2col_gemm and
 Winograd (:func:`tiled_gemm_step`). Its parameters are the tile ``(TM, TN, TK, WM, WN)``, the
 load width ``vec`` and ``buffers`` (1 or 2 local buffers, the kernel's DOUBLE_BUFFER); a caller
-that names none gets the default of the device class (:data:`DOUBLE_BUFFER` for ``buffers``).
+that names none gets the default of the device class (:data:`DOUBLE_BUFFER` for ``buffers``:
+two on GPUs for 1x1 geometries).
 Variants that name a ``math`` mode run on tensor cores instead (:mod:`.implicit_gemm_mma`).
 """
 
@@ -46,10 +47,13 @@ CPU_TILE: Tile = (32, 32, 8, 4, 4)
 # unit a few work-groups (small layers at batch 1 want small tiles).
 _GPU_LADDER: tuple[Tile, ...] = (GPU_TILE, (128, 64, 8, 8, 4), (64, 64, 16, 4, 4),
                                  (32, 64, 16, 4, 4), (32, 32, 8, 4, 4))
-# Two local buffers (one barrier per slice instead of two) where ``buffers`` is not named and
-# the doubled tile fits the device's local memory: benchmarks/NOTES-gpu.md ("Double-buffered
-# local memory") has the H100 A/B behind this choice.
-DOUBLE_BUFFER = False
+# Local buffers where ``buffers`` is not named. None: two (one barrier per slice instead of
+# two) on GPUs for one-tap (1x1) geometries, one elsewhere. On the H100 (ResNet-50 batch 32,
+# benchmarks/NOTES-gpu.md "Double-buffered local memory") two buffers made the 1x1 layers'
+# best implicit GEMM 5-8% faster but the 3x3 and 7x7 ones 1-2.5% slower, both beyond the
+# A/A noise (+-1.2%), in two runs; CPU devices are unmeasured. True or False: two or one
+# everywhere (benchmarks' A/B, tests). Two only where they fit the device's local memory.
+DOUBLE_BUFFER: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -145,10 +149,10 @@ def configure(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, c: int
         raise UnsupportedError(f"split {splits}: the reduction has {slices} slices of "
                                f"{tile[2]}; choose 1..{max(1, slices)}",
                                algorithm="implicit_gemm", backend="opencl")
-    return Config(tile, vec, splits, merge, _buffers(params, runtime, tile))
+    return Config(tile, vec, splits, merge, _buffers(params, runtime, geo, tile))
 
 
-def _buffers(params: Mapping[str, Any], runtime: Runtime, tile: Tile) -> int:
+def _buffers(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, tile: Tile) -> int:
     """Local buffers: as named (supports() checks that they fit), else two where
     :data:`DOUBLE_BUFFER` asks for them and they fit the device, else one."""
     named = params.get("buffers")
@@ -157,8 +161,12 @@ def _buffers(params: Mapping[str, Any], runtime: Runtime, tile: Tile) -> int:
             raise UnsupportedError(f"buffers must be 1 or 2 (local buffers), got {named!r}",
                                    algorithm="implicit_gemm", backend="opencl")
         return int(named)
+    if DOUBLE_BUFFER is None:
+        wanted = bool(runtime.device.type & cl.device_type.GPU) and geo.kh * geo.kw == 1
+    else:
+        wanted = DOUBLE_BUFFER
     fits = _local_bytes(tile, 2) <= int(runtime.device.local_mem_size)
-    return 2 if DOUBLE_BUFFER and fits else 1
+    return 2 if wanted and fits else 1
 
 
 def _local_bytes(tile: Tile, buffers: int = 1) -> int:

@@ -133,11 +133,13 @@ def test_shared_gemm_paths_with_the_default_buffers(alg, p, default, monkeypatch
 
 
 class _LocalMemory:
-    """The runtime with its device's local memory reported as ``size`` bytes."""
+    """The runtime with its device's local memory reported as ``size`` bytes (and its type
+    as ``kind``, if given)."""
 
-    def __init__(self, runtime: object, size: int) -> None:
+    def __init__(self, runtime: object, size: int, kind: int | None = None) -> None:
         self._runtime = runtime
-        self.device = SimpleNamespace(local_mem_size=size, type=runtime.device.type,
+        self.device = SimpleNamespace(local_mem_size=size,
+                                      type=runtime.device.type if kind is None else kind,
                                       max_compute_units=runtime.device.max_compute_units)
 
     def __getattr__(self, name: str) -> object:
@@ -155,7 +157,7 @@ def test_double_buffering_that_does_not_fit_is_refused_or_not_chosen(monkeypatch
     with pytest.raises(UnsupportedError, match="double-buffered"):
         ig.prepare(p, np.zeros(p.weights_shape, np.float32), None,
                    {"tile": tile, "buffers": 2}, small)
-    # the default falls back to one buffer where two do not fit
+    # forced on, the default falls back to one buffer where two do not fit
     monkeypatch.setattr(ig, "DOUBLE_BUFFER", True)
     geo = ig.Geometry.conv(p)
     assert ig.configure({"tile": tile}, small, geo, p.c, p.k).buffers == 1
@@ -202,3 +204,19 @@ def test_registry_entry_is_opencl_only_and_never_acls_pick():
         assert algorithms.algorithm_for("GEMM", layer.problem) != "implicit_gemm"
     order = algorithms.ALGORITHMS
     assert order.index("implicit_gemm") > order.index("im2col_gemm")
+
+
+def test_default_buffers_two_on_gpus_for_one_tap_geometries_only():
+    rt = opencl_runtime()
+    gpu = _LocalMemory(rt, 48 * 1024, cl.device_type.GPU)
+    tile = ig.GPU_TILE
+    one_tap = ig.Geometry.matrix(4096)
+    three = ig.Geometry.conv(ConvProblem(1, 16, 16, 64, 64, 3, 3, pad=1))
+    assert ig.DOUBLE_BUFFER is None
+    assert ig.configure({"tile": tile}, gpu, one_tap, 64, 64).buffers == 2
+    assert ig.configure({"tile": tile}, gpu, three, 64, 64).buffers == 1
+    assert ig.configure({"tile": tile, "buffers": 2}, gpu, three, 64, 64).buffers == 2
+    if not rt.device.type & cl.device_type.GPU:           # PoCL: unmeasured, one buffer
+        assert ig.configure({"tile": tile}, rt, one_tap, 64, 64).buffers == 1
+    small = _LocalMemory(rt, 12 * 1024, cl.device_type.GPU)   # 8448 bytes, doubled 16896
+    assert ig.configure({"tile": tile}, small, one_tap, 64, 64).buffers == 1
