@@ -3,10 +3,12 @@ local buffers, one barrier per slice) against one buffer (two barriers per slice
 on one GPU: ResNet-50's distinct layers at batch 32, exact fp32, against cuDNN fp32.
 
     python benchmarks/gpu_double_buffer.py [--batch 32] [--rounds 21] [--budget-s 400]
-        [--max-variants 8] [--out results.json]
+        [--max-variants 8] [--on everywhere|default] [--out results.json]
 
 Per layer, every exact OpenCL candidate that benchmarks/gpu.py times (the same
-``candidates``) is prepared twice, with ``implicit_gemm.DOUBLE_BUFFER`` off and on. Both
+``candidates``) is prepared twice, with ``implicit_gemm.DOUBLE_BUFFER`` False (one buffer)
+and, as "on", True (two everywhere, ``--on everywhere``) or None (the backend's default,
+``--on default``). Both
 builds are checked against the float64 reference as gpu.py checks them; the candidates whose
 two builds differ (those on the implicit-GEMM kernel: implicit_gemm, gemm_1x1, im2col_gemm,
 winograd, indirect_gemm) are then timed interleaved, one profiled run of each arm per round
@@ -47,7 +49,8 @@ TORCH: Any = None         # torch, imported in main()
 
 
 def build(p: ConvProblem, alg: str, params: dict, runtime: Any, x: np.ndarray,
-          w: np.ndarray, ref: Any, scale: Any, double: bool) -> tuple[Any, dict[str, Any]]:
+          w: np.ndarray, ref: Any, scale: Any, double: bool | None,
+          ) -> tuple[Any, dict[str, Any]]:
     """The prepared candidate with DOUBLE_BUFFER as given, its output checked."""
     saved = ig.DOUBLE_BUFFER
     ig.DOUBLE_BUFFER = double
@@ -91,7 +94,8 @@ def run_layer(layer: Layer, runtime: Any, rules: Any, rng: np.random.Generator,
         name = gpu.label(alg, params)
         try:
             off, off_check = build(p, alg, params, runtime, x, w, ref, scale, False)
-            on, on_check = build(p, alg, params, runtime, x, w, ref, scale, True)
+            on, on_check = build(p, alg, params, runtime, x, w, ref, scale,
+                                 True if args.on == "everywhere" else None)
         except ConvselError as exc:
             results[name] = {"algorithm": alg, "failed": str(exc)}
             continue
@@ -174,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--budget-s", type=float, default=400.0)
     parser.add_argument("--max-variants", type=int, default=8)
+    parser.add_argument("--on", choices=("everywhere", "default"), default="everywhere")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     import torch
@@ -187,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             "cuda_device": torch.cuda.get_device_name(0) if gpu.DEV == "cuda" else None,
             "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "net": args.net, "batch": args.batch, "rounds": args.rounds,
-            "max_variants": args.max_variants, "cudnn_loop": gpu.LOOP,
+            "max_variants": args.max_variants, "cudnn_loop": gpu.LOOP, "on": args.on,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(f"OpenCL: {meta['opencl'].get('name')}; cuDNN {meta['cudnn']}", flush=True)
     layers, _ = load_layers(None, [args.net])
