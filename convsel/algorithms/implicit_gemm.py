@@ -3,8 +3,10 @@ register-tiled; no im2col buffer.
 
 Its kernel parameters: "tile" = (TM, TN, TK, WM, WN), the work-group's output tile (rows =
 output pixels, columns = output channels), the reduction slice staged in local memory, and
-each work-item's register tile; "vec" = 1 or 4 values per load; "split" = the split-K factor
-(backends choose one per device when it is not given).
+each work-item's register tile; "vec" = 1 or 4 values per load; "split" = the split-K factor;
+"buffers" = 1 or 2 local buffers for the staged slices (2: one barrier per slice instead of
+two, twice the local memory; the backend refuses it where the device's does not hold it).
+Backends choose what is not given per device.
 
 Variants naming a ``math`` mode ("tf32", "f16") run on NVIDIA tensor cores (OpenCL inline PTX,
 ``convsel.backends.opencl.implicit_gemm_mma``): their parameters and constraints are the
@@ -85,6 +87,11 @@ def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict
             return failed(f"implicit_gemm: vec 4 needs C and K multiples of 4, got C={p.c}, "
                           f"K={p.k}")
         resolved["vec"] = vec
+    if params.get("buffers") is not None:
+        if str(params["buffers"]) not in ("1", "2"):
+            return failed(f"implicit_gemm: buffers (local buffers) must be 1 or 2, got "
+                          f"{params['buffers']!r}")
+        resolved["buffers"] = int(params["buffers"])
     why = _split(params, resolved)
     if why:
         return failed(f"implicit_gemm: {why}")

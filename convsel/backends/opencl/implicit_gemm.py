@@ -2,8 +2,10 @@
 input tiles are gathered from NHWC straight into local memory; no im2col buffer.
 
 The same kernel, with a 1x1 geometry, is the tiled GEMM of gemm_1x1, im2col_gemm and
-Winograd (:func:`tiled_gemm_step`). Its parameters are the tile ``(TM, TN, TK, WM, WN)`` and
-the load width ``vec``; a caller that names neither gets the default of the device class.
+Winograd (:func:`tiled_gemm_step`). Its parameters are the tile ``(TM, TN, TK, WM, WN)``, the
+load width ``vec`` and ``buffers`` (1 or 2 local buffers, the kernel's DOUBLE_BUFFER); a caller
+that names none gets the default of the device class (:data:`DOUBLE_BUFFER` for ``buffers``:
+two on GPUs for 1x1 geometries).
 Variants that name a ``math`` mode run on tensor cores instead (:mod:`.implicit_gemm_mma`).
 """
 
@@ -45,6 +47,13 @@ CPU_TILE: Tile = (32, 32, 8, 4, 4)
 # unit a few work-groups (small layers at batch 1 want small tiles).
 _GPU_LADDER: tuple[Tile, ...] = (GPU_TILE, (128, 64, 8, 8, 4), (64, 64, 16, 4, 4),
                                  (32, 64, 16, 4, 4), (32, 32, 8, 4, 4))
+# Local buffers where ``buffers`` is not named. None: two (one barrier per slice instead of
+# two) on GPUs for one-tap (1x1) geometries, one elsewhere. On the H100 (ResNet-50 batch 32,
+# benchmarks/NOTES-gpu.md "Double-buffered local memory") two buffers made the 1x1 layers'
+# best implicit GEMM 5-8% faster but the 3x3 and 7x7 ones 1-2.5% slower, both beyond the
+# A/A noise (+-1.2%), in two runs; CPU devices are unmeasured. True or False: two or one
+# everywhere (benchmarks' A/B, tests). Two only where they fit the device's local memory.
+DOUBLE_BUFFER: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class Config:
     vec: int
     splits: int
     merge_kw: bool
+    buffers: int = 1
 
 
 def configure(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, c: int, n: int,
@@ -139,12 +149,30 @@ def configure(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, c: int
         raise UnsupportedError(f"split {splits}: the reduction has {slices} slices of "
                                f"{tile[2]}; choose 1..{max(1, slices)}",
                                algorithm="implicit_gemm", backend="opencl")
-    return Config(tile, vec, splits, merge)
+    return Config(tile, vec, splits, merge, _buffers(params, runtime, geo, tile))
 
 
-def _local_bytes(tile: Tile) -> int:
+def _buffers(params: Mapping[str, Any], runtime: Runtime, geo: Geometry, tile: Tile) -> int:
+    """Local buffers: as named (supports() checks that they fit), else two where
+    :data:`DOUBLE_BUFFER` asks for them and they fit the device, else one."""
+    named = params.get("buffers")
+    if named is not None:
+        if str(named) not in ("1", "2"):
+            raise UnsupportedError(f"buffers must be 1 or 2 (local buffers), got {named!r}",
+                                   algorithm="implicit_gemm", backend="opencl")
+        return int(named)
+    if DOUBLE_BUFFER is None:
+        wanted = bool(runtime.device.type & cl.device_type.GPU) and geo.kh * geo.kw == 1
+    else:
+        wanted = DOUBLE_BUFFER
+    fits = _local_bytes(tile, 2) <= int(runtime.device.local_mem_size)
+    return 2 if wanted and fits else 1
+
+
+def _local_bytes(tile: Tile, buffers: int = 1) -> int:
+    """The kernel's As and Bs: ``buffers`` slices of TK rows of TM + 4 and TN + 4 floats."""
     tm, tn, tk = tile[:3]
-    return tk * (tm + tn + 8) * 4
+    return buffers * tk * (tm + tn + 8) * 4
 
 
 def partial_bytes(config: Config, m: int, n: int, batches: int = 1) -> int:
@@ -167,9 +195,11 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
     if threads > runtime.max_work_group:
         return failed(f"tile {tile} needs {threads} work-items per group; the device allows "
                       f"{runtime.max_work_group}")
-    if _local_bytes(tile) > int(runtime.device.local_mem_size):
-        return failed(f"tile {tile} needs {_local_bytes(tile)} bytes of local memory; the "
-                      f"device has {int(runtime.device.local_mem_size)}")
+    need, have = _local_bytes(tile, config.buffers), int(runtime.device.local_mem_size)
+    if need > have:
+        how = " double-buffered (buffers=2)" if config.buffers == 2 else ""
+        return failed(f"tile {tile}{how} needs {need} bytes of local memory; the device has "
+                      f"{have}")
     return plan_verdict(p, _plan(p, config), runtime)
 
 
@@ -203,6 +233,7 @@ def tiled_gemm(runtime: Runtime, p: ConvProblem, geo: Geometry, config: Config, 
         f"-DVW={config.vec}", f"-DKH={geo.kh}", f"-DKW={geo.kw}", f"-DSY={geo.stride[0]}",
         f"-DSX={geo.stride[1]}", f"-DDY={geo.dilation[0]}", f"-DDX={geo.dilation[1]}"]
     options += ["-DMERGE_KW"] if config.merge_kw else []
+    options += ["-DDOUBLE_BUFFER"] if config.buffers == 2 else []
     options += ["-DINDIRECT"] if indirection is not None else []
     options += ["-DGEMM_FLOAT_IO"] if epilogue is None else ["-DEPILOGUE", *epilogue]
     source = prog.program_source("implicit_gemm", after=("splitk",))

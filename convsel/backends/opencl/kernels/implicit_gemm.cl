@@ -15,6 +15,10 @@
 // runs in slices of TK channels of one tap (zero-filled past the tap's channels); each slice
 // of A and B is staged in local memory, and the next slice is fetched into registers while
 // the current one is multiplied.
+// DOUBLE_BUFFER: two local buffers, slice t in buffer t % 2, so one barrier per slice: the
+// stores of slice t + 1 go to the buffer last read for slice t - 1, which every work-item has
+// finished before it passes slice t's barrier. Without it, one buffer and a second barrier
+// after the multiply (half the local memory).
 // MERGE_KW (unit DX, few channels: the 7x7 RGB stem): the KW taps of a kernel row are one
 // tap of KW*C channels, since they lie side by side in an NHWC row; a slice of 8 then holds
 // 8 useful values instead of C.
@@ -27,8 +31,9 @@
 // VW = 4 loads 4 channels of A and 4 columns of B at once as float4 (needs C and N multiples
 // of 4, and batch offsets too, so that every such load is 16-byte aligned).
 //
-// Build options: TM TN TK WM WN VW, KH KW SY SX DY DX, DATA_*, and either EPILOGUE (ACT*,
-// HAS_BIAS: Y in DATA_T) or GEMM_FLOAT_IO (A, B, Y float, Y stored raw: Winograd).
+// Build options: TM TN TK WM WN VW, KH KW SY SX DY DX, DOUBLE_BUFFER, DATA_*, and either
+// EPILOGUE (ACT*, HAS_BIAS: Y in DATA_T) or GEMM_FLOAT_IO (A, B, Y float, Y stored raw:
+// Winograd).
 // Local size: (TN/WN, TM/WM, 1), fixed by reqd_work_group_size. Global size:
 // (ceil(N/TN)*TN/WN, ceil(M/TM)*TM/WM, batches*splits).
 
@@ -40,6 +45,11 @@
 #define LA ((NVA + NT - 1) / NT)      // A vectors each work-item loads per slice
 #define LB ((NVB + NT - 1) / NT)
 #define PADL 4                        // keeps float4 rows aligned, spreads the stores' banks
+#if defined(DOUBLE_BUFFER)
+#define NBUF 2                        // local buffers the slices alternate between
+#else
+#define NBUF 1
+#endif
 
 #if defined(GEMM_FLOAT_IO)
 #define A_T float
@@ -95,8 +105,8 @@ void implicit_gemm(__global const A_T* x, __global const A_T* w, __global const 
                    int H, int W,
                    int OH, int OW, int PT, int PL, int ldy, int a_batch, int b_batch,
                    int y_batch, int bias_batch, int splits) {
-    __local float As[TK][TM + PADL];
-    __local float Bs[TK][TN + PADL];
+    __local float As[NBUF][TK][TM + PADL];
+    __local float Bs[NBUF][TK][TN + PADL];
 
     const int tx = get_local_id(0);
     const int ty = get_local_id(1);
@@ -208,16 +218,17 @@ void implicit_gemm(__global const A_T* x, __global const A_T* w, __global const 
 #endif
 
     if (t_begin < t_end) FETCH(t_begin)
+    int cur = 0;                      // the local buffer of slice t (always 0 with one)
     for (int t = t_begin; t < t_end; ++t) {
         for (int l = 0; l < LA; ++l)
             if (tid + l * NT < NVA)
-                for (int e = 0; e < VW; ++e) As[a_k[l] + e][a_row[l]] = LANE(pa[l], e);
+                for (int e = 0; e < VW; ++e) As[cur][a_k[l] + e][a_row[l]] = LANE(pa[l], e);
         for (int l = 0; l < LB; ++l) {
             if (b_k[l] >= TK) continue;
 #if VW == 4
-            vstore4(pb[l], 0, &Bs[b_k[l]][b_col[l]]);
+            vstore4(pb[l], 0, &Bs[cur][b_k[l]][b_col[l]]);
 #else
-            Bs[b_k[l]][b_col[l]] = pb[l];
+            Bs[cur][b_k[l]][b_col[l]] = pb[l];
 #endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -225,17 +236,21 @@ void implicit_gemm(__global const A_T* x, __global const A_T* w, __global const 
         for (int kk = 0; kk < TK; ++kk) {
             float a[WM], b[WN];
             for (int q = 0; q < WM / 4; ++q) {
-                const float4 v = vload4(0, &As[kk][q * (RTM * 4) + ty * 4]);
+                const float4 v = vload4(0, &As[cur][kk][q * (RTM * 4) + ty * 4]);
                 a[q * 4] = v.s0; a[q * 4 + 1] = v.s1; a[q * 4 + 2] = v.s2; a[q * 4 + 3] = v.s3;
             }
             for (int q = 0; q < WN / 4; ++q) {
-                const float4 v = vload4(0, &Bs[kk][q * (RTN * 4) + tx * 4]);
+                const float4 v = vload4(0, &Bs[cur][kk][q * (RTN * 4) + tx * 4]);
                 b[q * 4] = v.s0; b[q * 4 + 1] = v.s1; b[q * 4 + 2] = v.s2; b[q * 4 + 3] = v.s3;
             }
             for (int i = 0; i < WM; ++i)
                 for (int j = 0; j < WN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
+#if NBUF == 2
+        cur ^= 1;
+#else
+        barrier(CLK_LOCAL_MEM_FENCE);   // the next slice's stores overwrite this one
+#endif
     }
 
     if (splits > 1) part += (long)get_group_id(2) * M * N;
