@@ -210,14 +210,16 @@ def ldmatrix_builds(runtime: Any) -> str:
 def candidates(p: ConvProblem, rules: Any, max_variants: int,
                names: tuple[str, ...] = OPENCL_ALGORITHMS) -> list[tuple[str, dict]]:
     """Every (algorithm, resolved params) to time: each algorithm's first ``max_variants``
-    exact variants and all its tensor-core ones (those the problem's dtype and fast_math
-    allow)."""
+    exact variants, all its named split-K ones and all its tensor-core ones (those the
+    problem's dtype and fast_math allow)."""
     out = []
     for alg in names:
         if not algorithms.supports(alg, p, rules).ok:
             continue
         found = algorithms.variants(alg, p, rules)
-        exact = [v for v in found if "math" not in v][:max_variants]
+        # the named split-K variants come after the tiles and are not cut
+        exact = ([v for v in found if "math" not in v and "split" not in v][:max_variants]
+                 + [v for v in found if "math" not in v and "split" in v])
         for params in exact + [v for v in found if "math" in v]:
             verdict = algorithms.supports(alg, p, rules, params)
             if verdict.ok:

@@ -32,6 +32,18 @@ IMPLICIT_GEMM_TILES: tuple[tuple[int, int, int, int, int], ...] = (
     (64, 64, 16, 4, 4), (32, 64, 16, 4, 4), (32, 32, 8, 4, 4),
 )
 MAX_VARIANTS = 7
+# Split-K named as a choice, not left to the backend's device-class default (about two
+# work-groups per compute unit, rounded down): this tile with these factors, offered after the
+# tiles where the tile alone makes few work-groups (SPLIT_K_GROUPS: under 512, about 4 per SM
+# of a 132-SM H100, but not under 64, where the default already splits to about two per SM)
+# and each split keeps at least 8 slices of the reduction. On the H100 (ResNet-50, exact fp32,
+# benchmarks/NOTES-gpu.md "Split-K as a choice") split 2 or 4 made the fastest kernel of six
+# batch-32 layers (98-208 groups, the default split 1 or 2) 1-20% faster; at batch 1 (under
+# 64 groups) named splits lost to the default's by 2-3x. Other tiles split, split 8 and
+# 128x256 tiles won no layer.
+SPLIT_K_TILE: tuple[int, int, int, int, int] = (128, 128, 16, 8, 8)
+SPLIT_K_FACTORS = (2, 4)
+SPLIT_K_GROUPS = (64, 512)
 _MAX_WORK_ITEMS = 1024
 _MAX_LOCAL_BYTES = 32 * 1024
 
@@ -100,15 +112,32 @@ def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict
 
 
 def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
-    """A bounded search space (at most :data:`MAX_VARIANTS`): the tiles whose work-group is
-    not mostly idle on this problem, each with the widest load the channel counts allow (few
+    """A bounded search space: the tiles whose work-group is not mostly idle on this problem
+    (at most :data:`MAX_VARIANTS`), each with the widest load the channel counts allow (few
     channels load one at a time, which lets a backend merge a kernel row's taps); then the
-    tensor-core variants (:func:`mma_variants`)."""
+    named split-K variants (:func:`split_k_variants`) and the tensor-core ones
+    (:func:`mma_variants`)."""
     m = p.n * p.out_h * p.out_w
     vec = 4 if p.c % 4 == 0 and p.k % 4 == 0 and p.c >= 8 else 1
     fit = [t for t in IMPLICIT_GEMM_TILES if t[0] <= 2 * m and t[1] <= 2 * p.k]
     chosen = (fit or [IMPLICIT_GEMM_TILES[-1]])[:MAX_VARIANTS]
-    return [{"tile": t, "vec": vec} for t in chosen] + mma_variants(p)
+    return ([{"tile": t, "vec": vec} for t in chosen]
+            + [{"tile": SPLIT_K_TILE, "vec": vec, "split": s} for s in split_k_variants(p)]
+            + mma_variants(p))
+
+
+def split_k_variants(p: ConvProblem) -> list[int]:
+    """The split factors of :data:`SPLIT_K_FACTORS` offered with :data:`SPLIT_K_TILE`: where
+    that tile fits the problem (as in :func:`variants`), makes a number of work-groups within
+    :data:`SPLIT_K_GROUPS` (lowest included), and each split keeps at least 8 of its slices
+    of the reduction."""
+    tm, tn, tk = SPLIT_K_TILE[:3]
+    m = p.n * p.out_h * p.out_w
+    groups = -(-m // tm) * -(-p.k // tn)
+    if tm > 2 * m or tn > 2 * p.k or not SPLIT_K_GROUPS[0] <= groups < SPLIT_K_GROUPS[1]:
+        return []
+    reduction = p.kh * p.kw * p.c
+    return [s for s in SPLIT_K_FACTORS if reduction >= s * 8 * tk]
 
 
 # Implicit GEMM on tensor cores (NVIDIA, inline PTX mma.sync; backends.opencl.mma): "math" =

@@ -87,6 +87,40 @@ def test_split_k_sums_its_partial_products(split, buffers):
     assert kernel.workspace_bytes == split * p.out_h * p.out_w * p.k * 4
 
 
+@pytest.mark.parametrize("buffers", BUFFERS)
+@pytest.mark.parametrize("split", home.SPLIT_K_FACTORS)
+@pytest.mark.parametrize("p", [ConvProblem(1, 9, 8, 72, 132, 3, 3, pad=1, activation="relu"),
+                               ConvProblem(2, 7, 7, 1024, 136, 1, 1)], ids=str)
+def test_offered_split_k_variants_match_the_reference(p, split, buffers):
+    # the offered tile and splits (split_k_variants) on a ragged problem: M, N and a tap's
+    # channels not multiples of the tile, so every edge of the partial sums is exercised
+    params = {"tile": home.SPLIT_K_TILE, "vec": 4, "split": split, "buffers": buffers}
+    resolved = algorithms.supports("implicit_gemm", p, RULES, params).params
+    err, kernel = _error(p, resolved)
+    assert _built_with(kernel, buffers)
+    assert err <= tolerance("implicit_gemm", "F32"), (params, err)
+    assert [s.name for s in kernel.steps] == ["implicit_gemm", "splitk_reduce"]
+    assert kernel.workspace_bytes == split * p.n * p.out_h * p.out_w * p.k * 4
+    assert kernel.workspace_bytes == algorithms.workspace_bytes("implicit_gemm", p, resolved,
+                                                                "opencl")
+
+
+def test_split_k_variants_are_offered_where_the_tile_makes_few_groups():
+    layers, _ = load_layers(default_layer_file(), ["resnet50"])
+    by_name = {x.name: x.problem for x in layers}
+    few = by_name["layer3.{1..5}.conv1"].replace(n=32)            # 98 groups of 128x128
+    offered = [v for v in algorithms.variants("implicit_gemm", few, RULES) if "split" in v]
+    assert offered == [{"tile": home.SPLIT_K_TILE, "vec": 4, "split": s}
+                       for s in home.SPLIT_K_FACTORS]
+    for v in offered:
+        assert algorithms.supports("implicit_gemm", few, RULES, v).ok
+    many = by_name["layer1.0.conv1"].replace(n=32)           # 784 groups
+    tiny = by_name["layer3.{1..5}.conv1"].replace(n=1)        # 4 groups: the default splits
+    short = ConvProblem(32, 14, 14, 128, 256, 1, 1)           # 98 groups, 8 slices of 16
+    for p in (many, tiny, short):
+        assert not [v for v in algorithms.variants("implicit_gemm", p, RULES) if "split" in v]
+
+
 def test_split_beyond_the_reduction_is_refused():
     p = ConvProblem(1, 5, 5, 4, 4, 1, 1)             # one slice of 8 channels
     verdict = ig.supports(p, {"split": 2}, opencl_runtime())
