@@ -1,7 +1,7 @@
 """Build convsel's shipped system layer (convsel/data/system/layer.json.gz) from `convsel db
 export` runs measured on the device machine.
 
-    python benchmarks/build_system_layer.py                      # the committed v5 runs
+    python benchmarks/build_system_layer.py                      # the committed v6 runs
     python benchmarks/build_system_layer.py --run DIR [--run DIR ...] [--out FILE]
 
 Each run directory holds ``train.json.gz`` (sampled shapes and the shipped nets) and may hold
@@ -37,8 +37,8 @@ from convsel.tuning.fleet import fit_class, receive
 from convsel.tuning.system import FORMAT
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = [ROOT / "benchmarks/results/learn/h100-v5",
-        ROOT / "benchmarks/results/learn/cpu2-quiet-v5"]
+RUNS = [ROOT / "benchmarks/results/learn/h100-v6",
+        ROOT / "benchmarks/results/learn/cpu2-quiet-v6"]
 OUT = ROOT / "convsel/data/system/layer.json.gz"
 LIMIT_BYTES = 2 * 1024 * 1024
 
@@ -46,7 +46,7 @@ LIMIT_BYTES = 2 * 1024 * 1024
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="append", type=Path, help="a run directory "
-                        "(repeatable; default: the committed h100-v5 and cpu2-quiet-v5)")
+                        "(repeatable; default: the committed h100-v6 and cpu2-quiet-v6)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     runs = args.run or RUNS
