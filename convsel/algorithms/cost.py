@@ -22,7 +22,7 @@ from ..problem import ConvProblem
 
 CANDIDATE_FEATURES: tuple[str, ...] = (
     "tile_y", "tile_x", "log_alg_flops", "log_workspace", "alg_intensity", "log_reduction",
-    "tile_k", "tile_warp", "vec", "log_workgroups", "tile_fill",
+    "tile_k", "tile_warp", "vec", "log_workgroups", "tile_fill", "split_k",
     "log_gemm_m", "log_gemm_n", "log_gemm_k", "log_gemm_calls", "log_gemm_intensity")
 
 
@@ -75,17 +75,21 @@ def gemm_tiling(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
     """How a tiled GEMM's ``(TM, TN, TK, WM, WN)`` work-group tile covers the problem's
     (output pixels x output channels) matrix: how many work-groups, how full they are. On a
     GPU these decide more than the FLOPs do (too few groups leave compute units idle, ragged
-    edges waste a tile's work); zeros for any candidate without such a tile."""
+    edges waste a tile's work); zeros for any candidate without such a tile. A named split-K
+    factor is a feature of its own in either case."""
+    # a named split-K factor (0: the backend's own per-device choice), which also multiplies
+    # the work-groups a split variant launches
+    split = float(params.get("split") or 0)
     tile = params.get("tile") or ()
     if len(tile) < 5:
         return {"tile_k": 0.0, "tile_warp": 0.0, "vec": float(params.get("vec") or 0),
-                "log_workgroups": 0.0, "tile_fill": 0.0}
+                "log_workgroups": 0.0, "tile_fill": 0.0, "split_k": split}
     tm, tn, tk, wm, wn = (int(v) for v in tile[:5])
     m, n = p.n * p.out_h * p.out_w, p.k // p.groups
     groups_m, groups_n = math.ceil(m / tm), math.ceil(n / tn)
     return {"tile_k": tk, "tile_warp": wm * wn, "vec": float(params.get("vec") or 1),
-            "log_workgroups": math.log10(groups_m * groups_n * p.groups),
-            "tile_fill": m * n / (groups_m * tm * groups_n * tn)}
+            "log_workgroups": math.log10(groups_m * groups_n * p.groups * max(split, 1.0)),
+            "tile_fill": m * n / (groups_m * tm * groups_n * tn), "split_k": split}
 
 
 def candidate_features(p: ConvProblem, params: Mapping[str, Any], flops: float | None = None,

@@ -26,8 +26,9 @@ from ..problem import ConvProblem
 # algorithm reduces the convolution to (sizes, count, arithmetic per element); 4: a depthwise
 # direct convolution as one reduction over taps per output (not a product per channel and tap);
 # 5: per backend (a row describes the candidate as that backend's kernel runs it): OpenCL's
-# grouped direct convolution as one product per group reducing over channels x taps
-FEATURES_VERSION = "5"
+# grouped direct convolution as one product per group reducing over channels x taps; 6: a
+# named split-K factor (split_k; the work-groups it launches counted in log_workgroups)
+FEATURES_VERSION = "6"
 
 
 def problem_features(p: ConvProblem) -> dict[str, float]:

@@ -269,6 +269,11 @@ def test_a_tiled_gemms_work_groups_and_their_fill_are_features():
     assert row["log_workgroups"] == pytest.approx(np.log10(8))
     assert row["tile_fill"] == pytest.approx(100 * 48 / (128 * 64))
     assert (row["tile_k"], row["tile_warp"], row["vec"]) == (8, 16, 4)
+    assert row["split_k"] == 0          # the backend's own split: not named
+    split = candidate_features(p, "implicit_gemm",
+                               {"tile": [32, 32, 8, 4, 4], "vec": 4, "split": 2})
+    assert split["split_k"] == 2
+    assert split["log_workgroups"] == pytest.approx(np.log10(16))   # each split launches 8
     plain = candidate_features(p, "direct")
     assert (plain["log_workgroups"], plain["tile_fill"], plain["tile_k"]) == (0, 0, 0)
     assert plain["log_reduction"] == pytest.approx(np.log10(16))
