@@ -171,6 +171,25 @@ def print_row(r: dict[str, Any]) -> None:
           f"| on/off per candidate {spread} | {r['best_off']} -> {r['best_on']}", flush=True)
 
 
+def run_meta(runtime: Any, torch: Any, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """What a run records of its devices and settings (``extra``: the script's own); printed
+    in one line as it starts."""
+    meta = {"opencl": {**device_identity(runtime), **device_info(runtime.device)},
+            "cuda_device": torch.cuda.get_device_name(0) if gpu.DEV == "cuda" else None,
+            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+            "net": args.net, "batch": args.batch, "rounds": args.rounds,
+            "max_variants": args.max_variants, "cudnn_loop": gpu.LOOP, **extra,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    print(f"OpenCL: {meta['opencl'].get('name')}; cuDNN {meta['cudnn']}", flush=True)
+    return meta
+
+
+def net_layers(net: str, batch: int) -> list[Layer]:
+    """The net's distinct layers at ``batch``."""
+    layers, _ = load_layers(None, [net])
+    return distinct([Layer(x.net, x.name, x.problem.replace(n=batch)) for x in layers])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", default="resnet50")
@@ -188,15 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu.DEV = "cuda" if torch.cuda.is_available() else "cpu"
     started = time.perf_counter()
     runtime, rules = get_runtime(None), load_rules()
-    meta = {"opencl": {**device_identity(runtime), **device_info(runtime.device)},
-            "cuda_device": torch.cuda.get_device_name(0) if gpu.DEV == "cuda" else None,
-            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-            "net": args.net, "batch": args.batch, "rounds": args.rounds,
-            "max_variants": args.max_variants, "cudnn_loop": gpu.LOOP, "on": args.on,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    print(f"OpenCL: {meta['opencl'].get('name')}; cuDNN {meta['cudnn']}", flush=True)
-    layers, _ = load_layers(None, [args.net])
-    layers = distinct([Layer(x.net, x.name, x.problem.replace(n=args.batch)) for x in layers])
+    meta = run_meta(runtime, torch, args, on=args.on)
+    layers = net_layers(args.net, args.batch)
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
     left: list[str] = []

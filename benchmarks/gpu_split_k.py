@@ -43,12 +43,12 @@ import gpu_double_buffer as gdb
 import numpy as np
 
 from convsel.algorithms import implicit_gemm as home
-from convsel.backends.opencl import device_identity, device_info, get_runtime
+from convsel.backends.opencl import get_runtime
 from convsel.backends.opencl import implicit_gemm as ig
 from convsel.errors import ConvselError
 from convsel.problem import ConvProblem
 from convsel.rules import load_rules
-from convsel.tuning.layers import Layer, distinct, load_layers
+from convsel.tuning.layers import Layer
 
 SPLIT_TILES = ((128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (128, 64, 8, 8, 4))
 SPLITS = (1, 2, 4, 8)
@@ -186,17 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     relax_tile_rule()
     started = time.perf_counter()
     runtime, rules = get_runtime(None), load_rules()
-    meta = {"opencl": {**device_identity(runtime), **device_info(runtime.device)},
-            "cuda_device": torch.cuda.get_device_name(0) if gpu.DEV == "cuda" else None,
-            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-            "net": args.net, "batch": args.batch, "rounds": args.rounds,
-            "max_variants": args.max_variants, "cudnn_loop": gpu.LOOP, "extras": args.extras,
-            "split_tiles": SPLIT_TILES, "splits": SPLITS, "wide_tiles": WIDE_TILES,
-            "wide_splits": WIDE_SPLITS, "max_groups_per_cu": MAX_GROUPS_PER_CU,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    print(f"OpenCL: {meta['opencl'].get('name')}; cuDNN {meta['cudnn']}", flush=True)
-    layers, _ = load_layers(None, [args.net])
-    layers = distinct([Layer(x.net, x.name, x.problem.replace(n=args.batch)) for x in layers])
+    meta = gdb.run_meta(runtime, torch, args, extras=args.extras, split_tiles=SPLIT_TILES,
+                        splits=SPLITS, wide_tiles=WIDE_TILES, wide_splits=WIDE_SPLITS,
+                        max_groups_per_cu=MAX_GROUPS_PER_CU)
+    layers = gdb.net_layers(args.net, args.batch)
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
     left: list[str] = []
