@@ -1,6 +1,7 @@
 """Time every numpy algorithm on the layers of a net, side by side with PyTorch CPU.
 
     python benchmarks/cpu.py --net resnet50 [--net vgg16 ...] [--algorithm winograd ...]
+        [--backend numpy --backend onednn]
         [--repeats 15] [--threads 2] [--clock wall] [--wait-idle 0.9] [--no-torch]
         [--pure-numpy] [--bands] [--out results/cpu-resnet50.json]
 
@@ -54,19 +55,25 @@ Runner = Callable[[], Any]
 
 
 def candidates(p: ConvProblem, rules: Rules, only: list[str] | None,
-               ) -> dict[str, tuple[str, dict[str, Any]]]:
-    """label -> (algorithm, params) for every algorithm (and Winograd tile) that runs p."""
-    out: dict[str, tuple[str, dict[str, Any]]] = {}
-    for algorithm in ALGORITHMS:
-        if only and algorithm not in only:
-            continue
-        module = implementation(algorithm, "numpy")
-        if module is None or not supports(algorithm, p, rules).ok:
-            continue   # an algorithm with no numpy implementation (OpenCL-only) is not timed
-        for params in variants(algorithm, p, rules):
-            if not module.supports(p, params, None).ok:
+               backends: tuple[str, ...] = ("numpy",),
+               ) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """label -> (algorithm, backend, params) for every algorithm (and Winograd tile) that
+    runs p on each CPU backend asked for; a backend other than numpy labels its candidates
+    ``algorithm@backend`` ("direct@onednn")."""
+    out: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for backend in backends:
+        for algorithm in ALGORITHMS:
+            if only and algorithm not in only and f"{algorithm}@{backend}" not in only:
                 continue
-            out[label_of(algorithm, params)] = (algorithm, params)
+            module = implementation(algorithm, backend)
+            if module is None or not supports(algorithm, p, rules).ok:
+                continue   # an algorithm with no implementation on this backend
+            for params in variants(algorithm, p, rules):
+                if not module.supports(p, params, None).ok:
+                    continue
+                label = label_of(algorithm, params)
+                out[label if backend == "numpy" else f"{label}@{backend}"] = (
+                    algorithm, backend, params)
     return out
 
 
@@ -144,8 +151,9 @@ def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str
     b = rng.standard_normal(p.k).astype(np.float32)
     runners: dict[str, Runner] = {}
     workspace: dict[str, int] = {}
-    for label, (algorithm, params) in candidates(p, rules, args.algorithm).items():
-        op = implementation(algorithm, "numpy").prepare(p, w, b, params, None)
+    for label, (algorithm, backend, params) in candidates(
+            p, rules, args.algorithm, tuple(args.backend or ["numpy"])).items():
+        op = implementation(algorithm, backend).prepare(p, w, b, params, None)
         runners[label], workspace[label] = (lambda op=op: op.run(x)), op.workspace_bytes
     profiles = {label: profile_runs(run, args.profile_runs)
                 for label, run in runners.items()} if args.profile_runs else {}
@@ -338,7 +346,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--net", action="append", required=True, help="net name in layers.json")
     ap.add_argument("--layers", help="layer file (default: ../shared/data/layers.json)")
-    ap.add_argument("--algorithm", action="append", choices=ALGORITHMS)
+    ap.add_argument("--algorithm", action="append", type=_algorithm,
+                    help="an algorithm to time on every backend, or ALGORITHM@BACKEND to time "
+                    "it on that one only (direct@onednn); default: every algorithm")
+    ap.add_argument("--backend", action="append", choices=("numpy", "onednn"),
+                    help="CPU backends whose algorithms are timed (default: numpy; onednn: "
+                    "oneDNN's direct kernels, the onednn extra)")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int,
                     help="threads for torch and for convsel (BLAS, fused kernels, FFT); "
@@ -372,6 +385,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="extra runs per algorithm with the phase profiler on (0: none)")
     ap.add_argument("--out", type=Path, help="JSON output (default: results/cpu-<nets>.json)")
     return ap.parse_args(argv)
+
+
+def _algorithm(value: str) -> str:
+    algorithm, _, backend = value.partition("@")
+    if algorithm not in ALGORITHMS or backend not in ("", "numpy", "onednn"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected one of {', '.join(ALGORITHMS)}, optionally @numpy or @onednn")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -412,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
               "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
               else None, "fused": accel.describe(), "bands": args.bands,
               "libraries": _libraries()}
+    if "onednn" in (args.backend or []):
+        from convsel.backends.onednn import device_identity as onednn_identity
+
+        device["onednn"] = onednn_identity()["driver"]
     if args.torch:
         device["torch"] = __import__("torch").__version__
     out.write_text(json.dumps({"command": " ".join(sys.argv), "device": device,

@@ -47,7 +47,7 @@ def variants(layer: Any) -> dict[str, Any]:
     w = rng.standard_normal(p.weights_shape).astype(np.float32)
     b = rng.standard_normal(p.k).astype(np.float32)
     out: dict[str, Any] = {}
-    for label, (algorithm, params) in candidates(p, default_rules(), ALGORITHMS).items():
+    for label, (algorithm, _, params) in candidates(p, default_rules(), ALGORITHMS).items():
         if algorithm == "winograd" and label != WINOGRAD.get(p.out_h):
             continue   # the tile that won in the earlier runs only, to save device time
         module = implementation(algorithm, "numpy")

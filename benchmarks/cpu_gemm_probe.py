@@ -64,7 +64,7 @@ def variants(p: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray, orientation: b
     out: dict[str, Callable[[], Any]] = {}
     if torch is not None:
         out["torch"] = torch_runner(p, x, w, b)
-    for label, (algorithm, params) in candidates(p, default_rules(), None).items():
+    for label, (algorithm, _, params) in candidates(p, default_rules(), None).items():
         if label.split(":")[0] in ("gemm_1x1", "im2col_gemm", "indirect_gemm", "winograd"):
             op = implementation(algorithm, "numpy").prepare(p, w, b, params, None)
             out[label] = lambda op=op: op.run(x)

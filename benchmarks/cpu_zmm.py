@@ -100,7 +100,7 @@ def worker(args: argparse.Namespace) -> int:
         x = rng.standard_normal((p.n, p.h, p.w, p.c)).astype(np.float32)
         w = rng.standard_normal(p.weights_shape).astype(np.float32)
         b = rng.standard_normal(p.k).astype(np.float32)
-        algorithm, params = candidates(p, rules, None)[label]
+        algorithm, _, params = candidates(p, rules, None)[label]
         op = implementation(algorithm, "numpy").prepare(p, w, b, params, None)
         repeats = args.repeats if p.flops > 2e8 else 3 * args.repeats   # short layers: more
         ours = block(lambda op=op: op.run(x), 1 if args.warmup else repeats)

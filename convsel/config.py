@@ -60,6 +60,9 @@ class Config(BaseModel):
     mkl_rt: str | None = Field(None, description="path to a libmkl_rt.so for the numpy "
                                "backend's GEMMs (a oneMKL not installed from PyPI); "
                                "default: the mkl wheel's")
+    dnnl_lib: str | None = Field(None, description="path to a libdnnl.so.3 (oneDNN 3.x, CPU) "
+                                 "for the onednn backend; default: the onednn-cpu-gomp "
+                                 "wheel's (the onednn extra)")
     # The BLAS libraries' own variables, as set (they are read by BLAS at import; convsel
     # records them in the numpy backend's device key and never sets them).
     openblas_num_threads: str | None = Field(None, validation_alias="OPENBLAS_NUM_THREADS")

@@ -41,6 +41,24 @@ def opencl_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
     return 0
 
 
+# oneDNN's direct kernels keep per-thread buffers in a scratchpad whose size depends on the
+# CPU's instruction set and the thread count (AVX-512, the shipped layers: 4 KiB + 4 KiB per
+# thread); the onednn backend refuses a kernel that would take more than this bound, so the
+# estimate below holds on any machine.
+ONEDNN_SCRATCHPAD_BOUND = 1 << 20
+
+
+def onednn_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    """The float32 copy of an F16 input (exact), plus the scratchpad's bound."""
+    f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
+    return f16_copy + ONEDNN_SCRATCHPAD_BOUND
+
+
+def onednn_scratchpad(p: ConvProblem, params: Mapping[str, Any]) -> int:
+    """The part of :func:`onednn_workspace` that depends on the machine."""
+    return ONEDNN_SCRATCHPAD_BOUND
+
+
 def _depthwise(p: ConvProblem, params: Mapping[str, Any]) -> dict[str, float]:
     # no product to speak of: each output sums its own taps in one pass, a single (outputs x
     # taps) by (taps x 1) reduction (both backends' depthwise paths: an elementwise
@@ -73,8 +91,10 @@ SPEC = AlgorithmSpec(
     "direct",
     "direct convolution, one output at a time (grouped, depthwise and channel multipliers too)",
     cpu_method="DIRECT", gpu_method="DIRECT", supports=any_problem("direct"),
-    backends=backend_modules("direct", "numpy", "opencl"),
+    backends=backend_modules("direct", "numpy", "opencl", "onednn"),
     timing_rank=5, colour="tab:brown",
     tolerance={"F32": F32_EXACT, "F16": F16_ROUNDED},
-    workspace={"numpy": numpy_workspace, "opencl": opencl_workspace}, features=features,
+    workspace={"numpy": numpy_workspace, "opencl": opencl_workspace,
+               "onednn": onednn_workspace},
+    workspace_headroom={"onednn": onednn_scratchpad}, features=features,
     backend_features={"opencl": opencl_features})

@@ -59,9 +59,10 @@ def _opencl_devices(transfers: bool) -> list[dict[str, Any]]:
                                  "compute_units": info["compute_units"],
                                  "global_mem_bytes": info["global_mem_bytes"],
                                  "fp16": info["fp16"], "fp64": info["fp64"],
-                                 "tensor_cores": _tensor_cores(), "transfer": None}
+                                 "tensor_cores": None, "transfer": None}
         try:
             runtime = get_runtime(index)
+            entry["tensor_cores"] = _tensor_cores(runtime)
             mode = half_mode(_F16, runtime)
             entry["f16"] = ("native half arithmetic (cl_khr_fp16)" if mode == "native" else
                             "half storage, float32 arithmetic (no cl_khr_fp16, or "
@@ -75,8 +76,23 @@ def _opencl_devices(transfers: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _tensor_cores() -> dict[str, Any]:
-    return {"ok": False, "reason": "not probed: this convsel has no tensor-core kernels"}
+def _tensor_cores(runtime: Any) -> dict[str, Any]:
+    """Whether the implicit GEMM's TF32/F16 mma.sync variants run on the device: its
+    capability, then a probe kernel built and run once per device (cached)."""
+    from .opencl.mma import tensor_cores
+
+    verdict = tensor_cores(runtime)
+    return {"ok": verdict.ok, "reason": verdict.reason}
 
 
-_DEVICES = {"numpy": _numpy_devices, "opencl": _opencl_devices}
+def _onednn_devices(transfers: bool) -> list[dict[str, Any]]:
+    from .onednn import device_identity
+
+    identity = device_identity()
+    return [{"index": None, "name": identity["name"], "type": "CPU",
+             "f16": "float32 arithmetic, F16 in and out", "fp16": False, "fp64": False,
+             "tensor_cores": {"ok": False, "reason": "the host CPU through oneDNN"},
+             "library": identity["driver"], "transfer": None}]
+
+
+_DEVICES = {"numpy": _numpy_devices, "opencl": _opencl_devices, "onednn": _onednn_devices}

@@ -35,11 +35,12 @@ from ..verdict import Verdict, failed, passed
 BACKENDS: dict[str, str] = {
     "numpy": "convsel.backends.numpy",
     "opencl": "convsel.backends.opencl",
+    "onednn": "convsel.backends.onednn",
 }
 
 # Whether a backend keeps tensors in memory of its own (a device's), so that a tensor moves
 # between it and the host when a neighbouring layer runs elsewhere; numpy computes in place.
-DEVICE_RESIDENT: dict[str, bool] = {"numpy": False, "opencl": True}
+DEVICE_RESIDENT: dict[str, bool] = {"numpy": False, "opencl": True, "onednn": False}
 
 # (algorithm, backend) -> implementing module, from the algorithm registry.
 IMPLEMENTATIONS: dict[tuple[str, str], str] = {

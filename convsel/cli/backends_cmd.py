@@ -40,6 +40,8 @@ def render(report: list[dict[str, Any]]) -> str:
                          f"cores {'yes' if cores['ok'] else 'no'} ({cores['reason']})")
             if d.get("gemm"):
                 lines.append(f"    {d['gemm']}; {d['fused_kernels']}")
+            if d.get("library"):
+                lines.append(f"    {d['library']}")
             if d.get("transfer"):
                 t = d["transfer"]
                 lines.append(f"    host-device copy: {t['latency_ms']:.3g} ms + "

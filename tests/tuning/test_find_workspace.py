@@ -141,6 +141,30 @@ def test_estimate_bounds_opencl_kernels_and_is_exact_without_split_k(p):
             assert estimate - headroom == kernel.workspace_bytes, (alg, params)
 
 
+@pytest.mark.parametrize("p", [
+    ConvProblem(2, 9, 9, 8, 12, 3, 3, pad=1),
+    ConvProblem(1, 10, 7, 6, 4, 1, 1, stride=2),
+    ConvProblem(1, 8, 8, 8, 8, 3, 3, pad=1, groups=8),
+    ConvProblem(1, 9, 9, 4, 8, 5, 5, pad=2, dtype="F16"),
+    ConvProblem(1, 56, 56, 64, 64, 1, 1),
+])
+def test_estimate_bounds_onednn_kernels_and_is_exact_but_for_the_scratchpad(p):
+    """oneDNN's scratchpad depends on the machine (instruction set, threads): the estimate
+    adds its bound, which the backend enforces; the rest (an F16 input's float32 copy) is
+    exact."""
+    ready = backends.available("onednn")
+    if not ready.ok:
+        pytest.skip(f"onednn backend unavailable: {ready.reason}")
+    found = list(_kernels(p, "onednn"))
+    assert [alg for alg, _, _ in found] == ["direct"]
+    for alg, params, kernel in found:
+        estimate = algorithms.workspace_bytes(alg, p, params, "onednn")
+        headroom = algorithms.spec(alg).headroom_bytes(p, params, "onednn")
+        assert kernel.scratch_bytes <= headroom
+        assert estimate - headroom == kernel.workspace_bytes - kernel.scratch_bytes
+        assert estimate >= kernel.workspace_bytes
+
+
 def test_an_explicit_split_is_estimated_exactly():
     runtime = opencl_runtime()
     p = ConvProblem(1, 8, 8, 64, 16, 3, 3, pad=1)
