@@ -151,10 +151,13 @@ def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str
     b = rng.standard_normal(p.k).astype(np.float32)
     runners: dict[str, Runner] = {}
     workspace: dict[str, int] = {}
+    kernels: dict[str, str] = {}   # the library kernel a candidate runs, where it names one
     for label, (algorithm, backend, params) in candidates(
             p, rules, args.algorithm, tuple(args.backend or ["numpy"])).items():
         op = implementation(algorithm, backend).prepare(p, w, b, params, None)
         runners[label], workspace[label] = (lambda op=op: op.run(x)), op.workspace_bytes
+        if getattr(op, "impl", None):
+            kernels[label] = op.impl   # oneDNN's: "brgconv:avx512_core", ...
     profiles = {label: profile_runs(run, args.profile_runs)
                 for label, run in runners.items()} if args.profile_runs else {}
     if args.torch:
@@ -183,7 +186,7 @@ def time_layer(layer: Layer, rules: Rules, args: argparse.Namespace) -> dict[str
             "stat": args.stat, "time_s": summary, "median_s": median,
             "min_s": {label: min(s) for label, s in samples.items()}, "samples_s": samples,
             "workspace_bytes": workspace, "profile_s": profiles,
-            "fastest": best, "torch_s": summary.get("torch"),
+            "fastest": best, "torch_s": summary.get("torch"), "kernels": kernels,
             "idle_before": idle,
             "ratio_to_torch": (summary[best] / summary["torch"]) if best and "torch" in summary
             else None}
