@@ -48,10 +48,14 @@ def opencl_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
 ONEDNN_SCRATCHPAD_BOUND = 1 << 20
 
 
+def onednn_input_copy(p: ConvProblem) -> int:
+    """The onednn kernel's one buffer of its own: the float32 copy of an F16 input."""
+    return p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
+
+
 def onednn_workspace(p: ConvProblem, params: Mapping[str, Any]) -> int:
-    """The float32 copy of an F16 input (exact), plus the scratchpad's bound."""
-    f16_copy = p.n * p.h * p.w * p.c * ITEM if p.dtype == "F16" else 0
-    return f16_copy + ONEDNN_SCRATCHPAD_BOUND
+    """The F16 input's copy (exact), plus the scratchpad's bound."""
+    return onednn_input_copy(p) + ONEDNN_SCRATCHPAD_BOUND
 
 
 def onednn_scratchpad(p: ConvProblem, params: Mapping[str, Any]) -> int:

@@ -31,7 +31,7 @@ def device_identity(runtime: Any = None) -> dict[str, str]:
     # oneMKL named only where it multiplies: keys of timings taken before it existed stand
     by = f"; {gemm.describe()}" if gemm.library() == "mkl" else ""
     return {"backend": "numpy", "vendor": platform.machine(),
-            "name": _cpu_model() or platform.processor() or platform.machine(),
+            "name": cpu_model() or platform.processor() or platform.machine(),
             "driver": f"numpy {np.__version__}, {_blas()}{by}; {accel.describe()}"}
 
 
@@ -40,7 +40,9 @@ def _blas() -> str:
     return f"{info.get('name', 'unknown BLAS')} {info.get('version', '')}".strip()
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where it says none): both CPU backends'
+    device keys name it."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:

@@ -33,12 +33,12 @@ def device_identity(runtime: Any = None) -> dict[str, str]:
     """What decides this backend's speed, as the tuning database's device key: the CPU model
     and the oneDNN build with the instruction set its kernels are generated for. Threads are
     recorded per timing, as on numpy (:mod:`convsel.threads`)."""
-    from ..numpy import _cpu_model
+    from ..numpy import cpu_model
 
     lib = library.library()
     driver = lib.reason if isinstance(lib, Verdict) else lib.describe()
     return {"backend": "onednn", "vendor": platform.machine(),
-            "name": _cpu_model() or platform.processor() or platform.machine(),
+            "name": cpu_model() or platform.processor() or platform.machine(),
             "driver": driver}
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...activation import Activation
-from ...algorithms.direct import ONEDNN_SCRATCHPAD_BOUND
+from ...algorithms.direct import ONEDNN_SCRATCHPAD_BOUND, onednn_input_copy
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed, passed
@@ -213,11 +213,10 @@ class Direct:
             self.weights = self._reordered_weights(d, w_ohwi)
             scratch = d.md(dnnl.QUERY_SCRATCHPAD_MD)
             self.scratch_bytes = d.scratchpad_bytes()
-            self._mds = {arg: self._memory_of(md) for arg, md in (
+            self._templates = {arg: self._memory_of(md) for arg, md in (
                 (dnnl.ARG_SRC, d.src), (dnnl.ARG_DST, d.dst), (dnnl.ARG_BIAS, d.bias),
                 (dnnl.ARG_SCRATCHPAD, scratch))}
-        f16_copy = p.n * p.h * p.w * p.c * 4 if p.dtype == "F16" else 0
-        self.workspace_bytes = self.scratch_bytes + f16_copy
+        self.workspace_bytes = self.scratch_bytes + onednn_input_copy(p)
         self._local = threading.local()
 
     def _own(self, destroy: str, handle: c_void_p) -> c_void_p:
@@ -225,8 +224,9 @@ class Direct:
         return handle
 
     def _memory_of(self, md: c_void_p) -> c_void_p:
-        """A memory holding no data, made once from ``md``: its descriptor outlives the
-        primitive descriptor's; threads make theirs from it (:meth:`_bindings`)."""
+        """A memory holding no data, made once from ``md``: a template whose descriptor
+        outlives the primitive descriptor's; each thread makes its own memories from it
+        (:class:`_Bindings`)."""
         return self._own("dnnl_memory_destroy",
                          self.lib.new("dnnl_memory_create", md, self.lib.engine, None))
 
@@ -288,7 +288,7 @@ class _Bindings:
         self.memories = {}
         for arg in (dnnl.ARG_SRC, dnnl.ARG_DST, dnnl.ARG_BIAS, dnnl.ARG_SCRATCHPAD):
             md = c_void_p()
-            lib.call("dnnl_memory_get_memory_desc", kernel._mds[arg], byref(md))
+            lib.call("dnnl_memory_get_memory_desc", kernel._templates[arg], byref(md))
             self.memories[arg] = kernel._own("dnnl_memory_destroy", lib.new(
                 "dnnl_memory_create", md, lib.engine, None))
         self.scratch = np.empty(max(kernel.scratch_bytes, 1), dtype=np.uint8)
