@@ -25,6 +25,7 @@ PHASES = {
     "fused": "one-pass compiled loops (numba, the cpu extra): taps, bias and activation",
     "epilogue": "bias, activation and dtype cast after the main loop",
     "bands": "bands of output rows in several threads: operand, GEMM, epilogue each",
+    "library": "one call into a convolution library's kernel (the onednn backend's)",
 }
 
 _totals: dict[str, float] | None = None

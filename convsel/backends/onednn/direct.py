@@ -28,6 +28,7 @@ from ...problem import ConvProblem
 from ...verdict import Verdict, failed, passed
 from ..numpy.common import check_x, new_output
 from ..numpy.epilogue import cast
+from ..numpy.profile import phase
 from . import library as dnnl
 from .library import Library
 
@@ -310,9 +311,10 @@ class _Bindings:
                  c_void_p(x.ctypes.data))
         lib.call("dnnl_memory_set_data_handle", self.memories[dnnl.ARG_DST],
                  c_void_p(y.ctypes.data))
-        lib.call("dnnl_primitive_execute", self.primitive, self.stream, len(self.args),
-                 self.args)
-        lib.call("dnnl_stream_wait", self.stream)
+        with phase("library"):
+            lib.call("dnnl_primitive_execute", self.primitive, self.stream, len(self.args),
+                     self.args)
+            lib.call("dnnl_stream_wait", self.stream)
 
 
 def _release(lib: Library, handles: list[tuple[str, c_void_p]]) -> None:
