@@ -140,3 +140,27 @@ def test_a_missing_library_says_how_to_get_it_and_falls_back(monkeypatch, tmp_pa
     assert op.backend == "numpy" and "libdnnl.so.3" in str(op.fallback)
     assert any(issubclass(c.category, FallbackWarning) for c in caught)
     np.testing.assert_allclose(op.run(x), conv2d_reference(p, x, w, b), rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+@pytest.mark.parametrize("activation", [
+    "relu", "bounded_relu(4)", "lu_bounded_relu(3, -1)", "leaky_relu(0.2)", "linear(0.5, 1)",
+    "logistic", "tanh(2, 0.5)", "elu(0.7)", "swish(1.5)", "hard_swish", "abs"])
+def test_every_activation_is_fused_as_acl_defines_it(activation):
+    """Each ACL activation becomes oneDNN post-ops (tanh's a and b as linear steps around
+    it); parameters other than the defaults, so a dropped or swapped one shows."""
+    from convsel.activation import KINDS
+
+    p = ConvProblem(1, 10, 10, 8, 12, 3, 3, pad=1, activation=activation)
+    assert {p.activation.kind} <= set(KINDS)
+    x, w, b = _data(p, 3)
+    want = conv2d_reference(p, x, w, b)
+    got = direct.prepare(p, w, b, {}).run(x)
+    assert np.abs(got - want).max() <= 1e-5 * max(1.0, float(np.abs(want).max()))
+
+
+def test_the_post_ops_cover_every_activation_kind():
+    from convsel.activation import KINDS, Activation
+
+    for kind in KINDS:
+        assert direct.post_ops(Activation(kind, 1.0, 2.0)), kind
