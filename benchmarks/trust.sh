@@ -6,7 +6,8 @@
 # leave-one-family-out) for each, as far as the time left allows; and on two more quiet
 # cores meanwhile, benchmarks/selection.py (µs per choose() per policy).
 #
-#   [ONLY=h100|cpu2] [JUDGE=0] [FRESH_ONLY=1 FRESH_SEED=S] bash benchmarks/trust.sh OUTDIR SCALE
+#   [ONLY=h100|cpu2] [JUDGE=0] [FRESH_ONLY=1 FRESH_SEED=S | TRAIN_ONLY=1 [SAMPLE_S=170]] \
+#       bash benchmarks/trust.sh OUTDIR SCALE
 #
 # SCALE multiplies every step's time budget (1 = the full run, about 530 s; 0.05 = a smoke
 # test). OUTDIR/{h100,cpu2} get train.json.gz and fresh.json.gz (`convsel db export`), one log
@@ -17,6 +18,11 @@
 # FRESH_ONLY=1 takes a new fresh run only (the nets re-timed, then `--sample M --seed
 # FRESH_SEED`, default 1), no training run and no judging: a new, unread test set for a design
 # fitted on an earlier run's committed train.json.gz (NOTES, "v3").
+# TRAIN_ONLY=1 takes the training run only (the sample, then the nets), no fresh run and no
+# judging, so that a fresh run can be taken in a second device call (NOTES, "v6"). SAMPLE_S
+# is the training sample's budget in seconds before SCALE (default 170): on a fresh device
+# machine every OpenCL build is a cold compile and 170 s times about 180 sampled shapes of the
+# 800 instead of about 480 on a warm one, so a training run alone can afford more.
 set -u
 out=$1 scale=$2
 mkdir -p "$out"
@@ -36,18 +42,22 @@ device() {   # device DIR BACKEND TARGET NETS_VAR SAMPLE FRESH_SAMPLE TIMING_FLA
     mkdir -p "$dir"
     # shellcheck source=benchmarks/net_flags.sh
     NETS="$nets" source "$here/net_flags.sh"
-    local t=(--backend "$backend" --no-progress "$@") dbs=(fresh)
+    local t=(--backend "$backend" --no-progress "$@") dbs=(fresh) sample_s=${SAMPLE_S:-170}
     if [ "${FRESH_ONLY:-0}" != 1 ]; then
         dbs=(train fresh)
-        step "$dir" tune-sample "$(secs 170)" tune "${t[@]}" --sample "$sample" --seed 0 \
-            --budget "$(secs 170)" --db "$dir/train.sqlite"
+        step "$dir" tune-sample "$(secs "$sample_s")" tune "${t[@]}" --sample "$sample" \
+            --seed 0 --budget "$(secs "$sample_s")" --db "$dir/train.sqlite"
         step "$dir" tune-nets "$(secs 100)" tune "${t[@]}" "${net_flags[@]}" \
             --budget "$(secs 100)" --db "$dir/train.sqlite"
     fi
-    step "$dir" fresh-nets "$(secs 100)" tune "${t[@]}" "${net_flags[@]}" --budget "$(secs 100)" \
-        --db "$dir/fresh.sqlite"
-    step "$dir" fresh-sample "$(secs 90)" tune "${t[@]}" --sample "$fresh" \
-        --seed "${FRESH_SEED:-1}" --budget "$(secs 90)" --db "$dir/fresh.sqlite"
+    if [ "${TRAIN_ONLY:-0}" = 1 ]; then
+        dbs=(train)
+    else
+        step "$dir" fresh-nets "$(secs 100)" tune "${t[@]}" "${net_flags[@]}" \
+            --budget "$(secs 100)" --db "$dir/fresh.sqlite"
+        step "$dir" fresh-sample "$(secs 90)" tune "${t[@]}" --sample "$fresh" \
+            --seed "${FRESH_SEED:-1}" --budget "$(secs 90)" --db "$dir/fresh.sqlite"
+    fi
     for db in "${dbs[@]}"; do
         python3 -m convsel db --db "$dir/$db.sqlite" export "$dir/$db.json" >/dev/null \
             && gzip -f "$dir/$db.json"
@@ -87,7 +97,7 @@ pin() { if [ "$(nproc)" -ge 16 ]; then echo taskset -c "$1"; else echo env; fi; 
 # choose() µs per policy on quiet cores while the devices are timed (benchmarks/selection.py)
 # shellcheck disable=SC2046
 only=${ONLY:-}
-if [ -z "$only" ] && [ "${FRESH_ONLY:-0}" != 1 ]; then
+if [ -z "$only" ] && [ "${FRESH_ONLY:-0}" != 1 ] && [ "${TRAIN_ONLY:-0}" != 1 ]; then
     $(pin 0-1) python3 "$here/selection.py" --out "$out/selection.json" \
         >"$out/selection.txt" 2>&1 &
 fi
@@ -102,7 +112,7 @@ OPENBLAS_NUM_THREADS=2 $(pin 4,5)"
 fi
 wait
 left=$(python3 -c "print(max(20, round(($(secs 540) - $SECONDS) )))")
-if [ "${JUDGE:-1}" != 0 ] && [ "${FRESH_ONLY:-0}" != 1 ]; then
+if [ "${JUDGE:-1}" != 0 ] && [ "${FRESH_ONLY:-0}" != 1 ] && [ "${TRAIN_ONLY:-0}" != 1 ]; then
     if [ "$only" != cpu2 ]; then
         read -r -a prefix <<< "$(pin 0-3)"
         judge "$out/h100" opencl G77 "$gpu_nets" 400 "$left" &
