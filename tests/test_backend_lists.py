@@ -351,3 +351,10 @@ def test_find_over_two_backends_shares_one_time_budget(monkeypatch):
     # the first backend gets half; the second what is left of the whole (not 2 s again)
     assert len(budgets) == 2 and budgets[0] == pytest.approx(1.0, abs=0.05)
     assert budgets[1] < 2.0
+
+
+def test_host_backends_are_the_ones_whose_timings_depend_on_threads():
+    from convsel.backends import BACKENDS, on_host
+
+    assert [b for b in BACKENDS if on_host(b)] == ["numpy", "onednn"]
+    assert not on_host("opencl")

@@ -18,6 +18,7 @@ from .registry import (
     backends_for,
     implementation,
     implemented,
+    on_host,
     supports_on,
 )
 
@@ -33,4 +34,4 @@ def capabilities(transfers: bool = False) -> list[dict[str, Any]]:
 
 __all__ = ["BACKENDS", "DEVICE_RESIDENT", "IMPLEMENTATIONS", "Placement", "Preference",
            "available", "backend_module", "backends_for", "capabilities", "implementation",
-           "implemented", "supports_on"]
+           "implemented", "on_host", "supports_on"]

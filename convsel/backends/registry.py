@@ -42,6 +42,12 @@ BACKENDS: dict[str, str] = {
 # between it and the host when a neighbouring layer runs elsewhere; numpy computes in place.
 DEVICE_RESIDENT: dict[str, bool] = {"numpy": False, "opencl": True, "onednn": False}
 
+
+def on_host(backend: str) -> bool:
+    """Whether ``backend`` computes on the host's cores, so that its timings depend on the
+    process's threads (numpy, onednn), unlike a device's."""
+    return not DEVICE_RESIDENT.get(backend, True)
+
 # (algorithm, backend) -> implementing module, from the algorithm registry.
 IMPLEMENTATIONS: dict[tuple[str, str], str] = {
     (spec.id, backend): module for spec in REGISTRY for backend, module in spec.backends.items()}

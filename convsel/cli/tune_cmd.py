@@ -277,6 +277,7 @@ def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,
     if args.retune:
         return layers, []
     from .. import threads
+    from ..backends.registry import on_host
     from ..tuning.identity import device_identity
 
     ident = device_identity(args.backend, device)
@@ -288,7 +289,7 @@ def _split(layers: list[Layer], db: TuningDB, args: argparse.Namespace,
         # an entry timed with other threads is timed again (a noisy one is kept, and says
         # so: `convsel db verify` or --retune times it again)
         if entry is not None and (
-                args.backend != "numpy" or not threads.differs(entry.threads, counts)):
+                not on_host(args.backend) or not threads.differs(entry.threads, counts)):
             done.append(x)
     return [x for x in layers if x not in done], done
 

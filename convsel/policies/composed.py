@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import threads
+from ..backends.registry import on_host
 from ..problem import ConvProblem
 from ..rules import Rules
 from ..selection import Selection, acl_selection
@@ -53,7 +54,7 @@ class MeasuredPolicy:
                 return found
             return _from_model(problem, target, rules, acl, self.backend, self.device, found)
         # an answer names threads other than its timing's: other threads are another key
-        now = tuple(threads.current().items()) if self.backend == "numpy" else ()
+        now = tuple(threads.current().items()) if on_host(self.backend) else ()
         return remembered(self.db, ("measured", self, problem, target, rules, now), answer)
 
 

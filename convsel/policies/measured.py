@@ -29,6 +29,7 @@ from typing import Any
 from .. import threads
 from .._version import __version__
 from ..algorithms import label_of, method_for
+from ..backends.registry import on_host
 from ..errors import ConvselError, TuningDatabaseError
 from ..rules import Rules
 from ..selection import Selection
@@ -257,7 +258,7 @@ def trust_notes(entry: TuningEntry) -> str:
     elif entry.noise:
         notes.append("timed with noise (" + "; ".join(entry.noise) + "), but the winner beat "
                      "the others beyond what that noise can do")
-    other = threads.differs(entry.threads, threads.current()) if entry.backend == "numpy" \
+    other = threads.differs(entry.threads, threads.current()) if on_host(entry.backend) \
         else ""
     if other:
         notes.append(f"{other}: the winner may differ (tune again with these threads)")

@@ -30,6 +30,7 @@ def usable_cores() -> int:
 
 
 _count: int = usable_cores()
+_chosen: int | None = None   # what set_threads was given, if it was called
 
 
 def thread_count() -> int:
@@ -37,9 +38,16 @@ def thread_count() -> int:
     return _count
 
 
+def chosen_threads() -> int | None:
+    """The count :func:`set_threads` set, or None while the process runs on its defaults (a
+    library with a pool of its own, oneDNN's OpenMP, then keeps its own start-up setting:
+    ``OMP_NUM_THREADS``, else the cores)."""
+    return _chosen
+
+
 def set_threads(n: int) -> None:
     """Compute with ``n`` threads from now on: BLAS (needs threadpoolctl), the fused kernels
-    (numba, when installed) and scipy.fft.
+    (numba, when installed), scipy.fft, and the onednn backend's layers prepared from now on.
 
     Raises
     ------
@@ -50,8 +58,8 @@ def set_threads(n: int) -> None:
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidProblemError("threads", n, "expected a whole number of threads >= 1")
-    global _count
-    _count = n
+    global _count, _chosen
+    _count = _chosen = n
     controller = _blas_controller()
     if controller is not None:
         controller.limit(limits=n, user_api="blas")
@@ -60,12 +68,14 @@ def set_threads(n: int) -> None:
 @contextlib.contextmanager
 def limited_threads(n: int) -> Iterator[None]:
     """``n`` threads inside the block (as :func:`set_threads`), the previous count after."""
-    previous, blas = _count, _blas_threads()
+    global _chosen
+    previous, chosen, blas = _count, _chosen, _blas_threads()
     set_threads(n)
     try:
         yield
     finally:
         set_threads(previous)
+        _chosen = chosen
         controller = _blas_controller()
         if controller is not None and blas is not None:
             controller.limit(limits=blas, user_api="blas")

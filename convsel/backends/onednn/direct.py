@@ -29,6 +29,7 @@ from ...verdict import Verdict, failed, passed
 from ..numpy.common import check_x, new_output
 from ..numpy.epilogue import cast
 from ..numpy.profile import phase
+from ..numpy.threads import chosen_threads
 from . import library as dnnl
 from .library import Library
 
@@ -207,7 +208,9 @@ class Direct:
         self._finalizer = weakref.finalize(self, _release, lib, self._handles)
         self._bias = np.ascontiguousarray(np.zeros(p.k) if bias is None else bias,
                                           dtype=np.float32)
-        with _Descriptor(lib, p) as d:
+        # convsel's thread count where set_threads set one, else OpenMP's own; kept for runs
+        self.threads = chosen_threads() if lib.runtime == "OpenMP" else None
+        with dnnl.openmp_threads(self.threads), _Descriptor(lib, p) as d:
             self.impl = d.impl
             self.primitive = self._own("dnnl_primitive_destroy",
                                        lib.new("dnnl_primitive_create", d.pd))
@@ -271,7 +274,8 @@ class Direct:
         x32 = x if x.dtype == np.float32 and x.flags.c_contiguous else \
             np.ascontiguousarray(x, dtype=np.float32)
         y = new_output((p.n, p.out_h, p.out_w, p.k))
-        self._bindings().execute(x32, y)
+        with dnnl.openmp_threads(self.threads):
+            self._bindings().execute(x32, y)
         return cast(p, y)
 
     def __repr__(self) -> str:

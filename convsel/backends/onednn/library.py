@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from ctypes import (
     POINTER,
     Structure,
@@ -207,6 +208,33 @@ def loaded() -> Library:
     if isinstance(lib, Verdict):
         raise BackendUnavailableError(lib.reason, backend="onednn")
     return lib
+
+
+@cache
+def _openmp() -> ctypes.CDLL | None:
+    """GNU OpenMP's runtime, the one the wheel's oneDNN threads with (None without it)."""
+    try:
+        return ctypes.CDLL("libgomp.so.1")
+    except OSError:
+        return None
+
+
+@contextmanager
+def openmp_threads(n: int | None) -> Iterator[None]:
+    """Run the block with OpenMP's thread count at ``n`` in this thread (the calling thread's
+    setting is what a parallel region it starts uses), the previous count after; ``None``
+    leaves it alone. oneDNN sizes a primitive's work split and scratchpad by the count when
+    it is created, and parallel regions take it when they run, so both happen inside."""
+    omp = _openmp() if n is not None else None
+    if omp is None or omp.omp_get_max_threads() == n:
+        yield
+        return
+    before = omp.omp_get_max_threads()
+    omp.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        omp.omp_set_num_threads(before)
 
 
 def dims(values: Sequence[int]) -> ctypes.Array[c_int64]:

@@ -164,3 +164,24 @@ def test_the_post_ops_cover_every_activation_kind():
 
     for kind in KINDS:
         assert direct.post_ops(Activation(kind, 1.0, 2.0)), kind
+
+
+@needs_onednn
+def test_set_threads_governs_the_layers_prepared_after_it():
+    """convsel's thread count (numpy's set_threads) reaches oneDNN's OpenMP pool: a layer
+    prepared under one thread sizes its per-thread scratchpad for one, and runs so; unset,
+    OpenMP keeps its own start-up count."""
+    from convsel.backends.numpy import threads
+
+    p = ConvProblem(1, 56, 56, 64, 64, 1, 1)
+    x, w, b = _data(p)
+    before = threads.chosen_threads()
+    with threads.limited_threads(1):
+        one = direct.prepare(p, w, b, {})
+        assert one.threads == 1 and threads.chosen_threads() == 1
+        y_one = one.run(x)
+    assert threads.chosen_threads() == before   # the block left no setting behind
+    with threads.limited_threads(4):
+        four = direct.prepare(p, w, b, {})
+    assert four.threads == 4 and four.scratch_bytes > one.scratch_bytes
+    np.testing.assert_allclose(four.run(x), y_one, rtol=1e-6, atol=1e-5)
