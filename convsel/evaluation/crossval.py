@@ -99,7 +99,7 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
         acl: list[tuple[LayerResult, Pick]] = []
         predicted: list[tuple[LayerResult, Pick]] = []
         always: list[tuple[LayerResult, Pick]] = []     # the same model, never abstaining
-        tuned: list[tuple[LayerResult, Pick]] = []      # tune="auto": abstentions timed
+        tuned: list[tuple[LayerResult, Pick]] = []      # tune="auto": extrapolations timed
         abstained = []
         timed_count = candidate_count = 0
         for r in rows:
@@ -111,8 +111,10 @@ def leave_one_family_out(report: Report, training: Sequence[TuningEntry], *,
             acl.append((r, pick_of(rules_sel, r.measurement)))
             predicted.append((r, pick_of(sel, r.measurement)))
             always.append((r, pick_of(bold, r.measurement)))
-            if sel.trace[-1].id == "predicted.outside":
+            abstains = sel.trace[-1].id == "predicted.outside"
+            if abstains:
                 abstained.append(r.layer.label)
+            if abstains or any(s.id == "predicted.outside-trusted" for s in sel.trace):
                 labels = _shortlist_of(r, resolved, loaded, model, report.backend)
                 timed_count += len(labels)
                 candidate_count += len(r.measurement.timings)

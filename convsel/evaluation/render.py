@@ -132,7 +132,8 @@ def family_table(folds: dict[str, Any]) -> str:
                         f"{fold['abstained']} abstained; met: {', '.join(met) or '-'}; "
                         f"MISSED: {', '.join(missed) or '-'}")
             elif policy == "predicted_tuned":
-                tail = (f"  the {fold['abstained']} abstained layers timed "
+                tail = (f"  the {s['tuned_layers']} layers outside the training data "
+                        f"({fold['abstained']} abstained on) timed "
                         f"{fold['tuned_timed_candidates']} of their "
                         f"{fold['tuned_candidates']} candidates (top {DEFAULT_TOP} + ACL's)")
             elif policy == "retimed":

@@ -138,9 +138,10 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
     what the model was trained on (:meth:`StoredModel.inside`) is answered by the rules unless
     ``convsel fit`` measured that this device's models extrapolate to its kind of shape
     (:meth:`StoredModel.extrapolates`); the trace says which size or kind was out of range.
-    With ``tune`` such a problem is timed instead of abstained on: the model's ``top`` best
-    candidates and ACL's pick (:func:`shortlist`'s set), recorded in ``db``, and the answer is
-    the measured policy's from that entry (``source`` "tuning-db").
+    With ``tune`` every problem outside its training data is timed instead, whether the model
+    would have abstained on it or answered: the model's ``top`` best candidates and ACL's pick
+    (:func:`shortlist`'s set), recorded in ``db``, and the answer is the measured policy's from
+    that entry (``source`` "tuning-db").
     """
     why = ""
     if model is None:
@@ -162,13 +163,18 @@ def select_predicted(problem: ConvProblem, target: Target, rules: Rules, acl: Se
             trusted, reason = model.extrapolates(problem, verdict)
             where = (f"this shape is outside what model {model.id} was trained on "
                      f"({verdict.rule}: {verdict.reason})")
+            if tune:
+                # asked to time what it is unsure of: an extrapolation is one, whether or not
+                # fit found this device's models extrapolating better than the rules on average
+                why_timed = (f"model {model.id} abstains: {where}, and {reason}" if not trusted
+                             else f"{where}; the model would answer because {reason}, but it "
+                             "extrapolates")
+                return _timed_instead(problem, target, rules, acl, model, why_timed,
+                                      backend=backend, device=device, db=db, top=top,
+                                      policy=policy)
             if not trusted:
-                why_not = f"model {model.id} abstains: {where}, and {reason}"
-                if tune:
-                    return _timed_instead(problem, target, rules, acl, model, why_not,
-                                          backend=backend, device=device, db=db, top=top,
-                                          policy=policy)
-                return rules_answer(acl, policy, "predicted.outside", why_not)
+                return rules_answer(acl, policy, "predicted.outside",
+                                    f"model {model.id} abstains: {where}, and {reason}")
             outside = TraceStep("predicted.outside-trusted", False,
                                 f"{where}; it answers because {reason}")
     found, _ = candidates(problem, backend, rules)

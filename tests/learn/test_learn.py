@@ -376,3 +376,40 @@ def test_with_tune_a_shape_it_abstains_on_is_timed_instead_and_recorded(tmp_path
     timed = [k for k, t in entry.timings.items() if "median_s" in t]
     assert 1 <= len(timed) <= 2 and choose(far).algorithm in {
         entry.timings[k]["algorithm"] for k in timed}
+
+
+def test_with_tune_an_extrapolation_it_would_answer_is_timed_too(tmp_path, ident):
+    """tune="auto" times every shape outside the model's training data: also where fit found
+    this device's models extrapolating better than the rules (without tune the model answers
+    it, and the trace says it extrapolates)."""
+    import dataclasses
+
+    from convsel.policies.predicted import load_stored, select_predicted
+    from convsel.rules import as_rules
+    from convsel.selection import select
+    from convsel.targets import resolve_target
+
+    database = TuningDB(tmp_path / "wide.sqlite")
+    database.record_many([entry_for(p, ident, overhead_seconds) for p in training_problems()
+                          if p.c >= 16])
+    assert fit_and_save(database, ident, ["roofline"])["accepted"]
+    model, why = load_stored("numpy", None, database.path)
+    assert model is not None, why
+    beats = {"shapes": 10, "model": {"geomean_regret": 1.01, "worst": 1.2},
+             "rules": {"geomean_regret": 1.5, "worst": 3.0}}
+    trusting = dataclasses.replace(model, meta={**model.meta, "extrapolation": {
+        name: beats for name in ("grouped", "depthwise", "few-channel", "large-kernel",
+                                 "strided")}})
+    far = ConvProblem(1, 12, 12, 1, 16, 11, 11, pad=5)
+    rules = as_rules(None)
+    target = resolve_target("cpu", rules)
+    acl = select(far, target, rules=rules)
+    answered = select_predicted(far, target, rules, acl, model=trusting, db=database.path)
+    assert answered.source == "model"
+    assert any(s.id == "predicted.outside-trusted" for s in answered.trace)
+    timed = select_predicted(far, target, rules, acl, model=trusting, db=database.path,
+                             tune=True, top=1)
+    assert timed.source == "tuning-db"
+    step = next(s for s in timed.trace if s.id == "predicted.outside-timed")
+    assert "would answer" in step.reason and "extrapolates" in step.reason
+    assert database.lookup(far, "numpy", ident) is not None
