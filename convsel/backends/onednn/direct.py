@@ -217,6 +217,13 @@ class Direct:
             self.weights = self._reordered_weights(d, w_ohwi)
             scratch = d.md(dnnl.QUERY_SCRATCHPAD_MD)
             self.scratch_bytes = d.scratchpad_bytes()
+            if self.scratch_bytes > ONEDNN_SCRATCHPAD_BOUND:   # more threads than probed
+                self._finalizer()
+                raise UnsupportedError(
+                    f"oneDNN's {d.impl} kernel needs a {self.scratch_bytes} B scratchpad with "
+                    f"{self.threads or 'OpenMP default'} threads, more than the "
+                    f"{ONEDNN_SCRATCHPAD_BOUND} B convsel's estimate allows for",
+                    algorithm="direct", backend="onednn")
             self._templates = {arg: self._memory_of(md) for arg, md in (
                 (dnnl.ARG_SRC, d.src), (dnnl.ARG_DST, d.dst), (dnnl.ARG_BIAS, d.bias),
                 (dnnl.ARG_SCRATCHPAD, scratch))}

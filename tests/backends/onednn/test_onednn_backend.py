@@ -185,3 +185,18 @@ def test_set_threads_governs_the_layers_prepared_after_it():
         four = direct.prepare(p, w, b, {})
     assert four.threads == 4 and four.scratch_bytes > one.scratch_bytes
     np.testing.assert_allclose(four.run(x), y_one, rtol=1e-6, atol=1e-5)
+
+
+@needs_onednn
+@pytest.mark.usefixtures("_forget_the_library")
+def test_a_kernel_whose_scratchpad_exceeds_the_estimate_is_refused(monkeypatch):
+    """The workspace estimate's scratchpad bound holds: support and prepare both refuse a
+    kernel above it (here a bound of 1 byte), naming the bytes."""
+    from convsel.errors import UnsupportedError
+
+    monkeypatch.setattr(direct, "ONEDNN_SCRATCHPAD_BOUND", 1)
+    x, w, b = _data(POINTWISE)
+    verdict = direct.supports(POINTWISE, {})
+    assert not verdict.ok and "scratchpad" in verdict.reason
+    with pytest.raises(UnsupportedError, match="scratchpad"):
+        direct.prepare(POINTWISE, w, b, {})
