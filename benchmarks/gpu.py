@@ -71,6 +71,7 @@ from convsel.tuning.layers import Layer, distinct, load_layers  # noqa: E402
 CEILING_TFLOPS = 51.0     # cuBLAS SGEMM on 8192^3 on the H100 (issue 12)
 LOOP = 20                 # cuDNN calls back to back per timed loop
 F16_ALGORITHMS = ("implicit_gemm", "gemm_1x1", "winograd")   # the F32 winners, in F16
+TF32_ALGORITHMS = ("implicit_gemm", "winograd")      # those with tensor-core variants
 PRECISIONS = ("fp32", "tf32", "fp16")
 DEV = "cuda"              # "cpu" when torch has no GPU: a smoke test of this script only
 OPENCL_ALGORITHMS = tuple(a for a in algorithms.TIMING_ORDER
@@ -97,6 +98,23 @@ def reference64(torch: Any, p: ConvProblem, x: np.ndarray, w: np.ndarray,
     y = f.conv2d(xt, wt, **torch_conv_args(p))
     scale = f.conv2d(xt.abs(), wt.abs(), **torch_conv_args(p)).permute(0, 2, 3, 1)
     return y.permute(0, 2, 3, 1).contiguous(), scale.clamp_min(1e-30).contiguous()
+
+
+def winograd_scale64(torch: Any, p: ConvProblem, x: np.ndarray, w: np.ndarray,
+                     tile: tuple[int, int]) -> Any:
+    """mma.winograd_scale of each output (on the GPU), its convolutions of |x| by torch in
+    float64."""
+    f = torch.nn.functional
+    x_abs = torch.from_numpy(x).to(DEV).double().abs().permute(0, 3, 1, 2)
+
+    def conv(q: ConvProblem, _x: Any, filt: np.ndarray) -> np.ndarray:
+        wt = torch.from_numpy(np.ascontiguousarray(filt)).to(DEV).permute(0, 3, 1, 2)
+        y = f.conv2d(f.pad(x_abs, torch_pad(q)), wt, **torch_conv_args(q))
+        return y.permute(0, 2, 3, 1).cpu().numpy()
+
+    w_abs = np.abs(w.astype(np.float64))
+    scale = mma.winograd_scale(p, x_abs, w_abs, np.zeros(p.k), tile, conv)
+    return torch.from_numpy(scale).to(DEV).clamp_min(1e-30)
 
 
 def time_cudnn(torch: Any, p: ConvProblem, mode: str, repeats: int) -> dict[str, float]:
@@ -257,6 +275,12 @@ def run_candidate(torch: Any, p: ConvProblem, alg: str, params: dict, runtime: A
     if math_mode is None:
         bound = tolerance(alg, p.dtype)
         check = err
+    elif alg == "winograd":     # tensor cores: per output, against its transformed magnitudes
+        tile = tuple(int(v) for v in params["tile"])
+        bound = mma.winograd_error_bound(tile, (p.kh, p.kw), p.c)
+        wscale = winograd_scale64(torch, p, x, w, tile)
+        check = float((diff / wscale).max().item()) if finite else math.inf
+        del wscale
     else:            # tensor cores: per output, against its own sum of |products|
         splits = max(1, int(kernel.workspace_bytes) // (4 * y.size))    # split-K partials
         sums = splits * int(params.get("warps_k") or 1)              # and sliced K's
@@ -423,6 +447,8 @@ def run_precision(torch: Any, p: ConvProblem, names: tuple[str, ...], runtime: A
     for alg, params in candidates(p, rules, args.max_variants, names):
         if args.algorithm and alg not in args.algorithm:
             continue
+        if p.fast_math and "math" not in params:
+            continue            # an exact candidate: timed already as the fp32 problem
         try:
             r = run_candidate(torch, p, alg, params, runtime, x, w, ref, scale, args.repeats)
         except ConvselError as exc:
@@ -443,7 +469,7 @@ def run_layer(torch: Any, layer: Layer, batch: int, runtime: Any, rules: Any,
               ceilings: dict[str, float | None]) -> dict[str, Any]:
     p = layer.problem.replace(dtype="F32", fast_math=False)
     problems = {"fp32": (p, OPENCL_ALGORITHMS),
-                "tf32": (p.replace(fast_math=True), ("implicit_gemm",)),
+                "tf32": (p.replace(fast_math=True), TF32_ALGORITHMS),
                 "fp16": (p.replace(dtype="F16"), F16_ALGORITHMS)}
     results = {prec: run_precision(torch, q, names, runtime, rules, rng, args)
                for prec, (q, names) in problems.items()}

@@ -13,6 +13,7 @@ from ..problem import ConvProblem
 from ..rules import Rules
 from ..verdict import Verdict, failed, passed
 from .cost import Gemm, candidate_features, leading_tile
+from .implicit_gemm import mma_supports, mma_variants
 from .shared import ITEM, ceil_div, piece_bytes
 from .spec import AlgorithmSpec, backend_modules
 
@@ -49,12 +50,62 @@ def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict
     if tile not in tiles:
         return failed(f"tile {tile} is not paired with a {p.kh}x{p.kw} kernel; "
                       f"choose from {tiles}")
-    return passed(f"F({tile[0]}x{tile[1]}, {p.kh}x{p.kw})", tile=tile)
+    if params.get("math") is None:
+        return passed(f"F({tile[0]}x{tile[1]}, {p.kh}x{p.kw})", tile=tile)
+    why = mma_rule(p, params)
+    if why:
+        return failed(why)
+    gemm = mma_supports(p, mma_params(params))
+    if not gemm.ok:
+        return failed(f"winograd's batched GEMM: {gemm.reason}")
+    return passed(f"F({tile[0]}x{tile[1]}, {p.kh}x{p.kw}), its batched GEMM on TF32 tensor "
+                  "cores", tile=tile, **gemm.params)
+
+
+def mma_rule(p: ConvProblem, params: Mapping[str, Any]) -> str | None:
+    """Why a tensor-core variant (``math`` named) cannot run ``p``, or None: TF32 only, for
+    F32 data under fast math (the transformed input and filter are rounded to 10 fraction
+    bits), and no split-K (the GEMMs are batched)."""
+    if params.get("math") != "tf32":
+        return f"winograd: math must be 'tf32' (TF32 tensor cores), got {params.get('math')!r}"
+    if p.dtype != "F32" or not p.fast_math:
+        return ("winograd: TF32 tensor cores round the transformed F32 input and filter to 10 "
+                "fraction bits; they run only for F32 problems whose fast_math is on")
+    if params.get("split") not in (None, 1):
+        return (f"winograd: its GEMMs are batched and run without split-K, got split "
+                f"{params['split']!r}")
+    return None
+
+
+def mma_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A tensor-core variant's parameters for its batched GEMM: all but the Winograd tile."""
+    return {k: v for k, v in params.items() if k != "tile"}
 
 
 def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
-    """One candidate per output tile paired with the kernel."""
-    return [{"tile": t} for t in winograd_tiles(p, rules)]
+    """One candidate per output tile paired with the kernel; under fast math (F32), each
+    tile once more with its batched GEMM on TF32 tensor cores (:func:`mma_gemm_variants`)."""
+    tiles = winograd_tiles(p, rules)
+    exact: list[dict[str, Any]] = [{"tile": t} for t in tiles]
+    if p.dtype != "F32" or not p.fast_math or p.groups != 1:
+        return exact
+    return exact + [{"tile": t, **v} for t in tiles for v in mma_gemm_variants(p, t)]
+
+
+# The tensor-core tiles offered for Winograd's batched GEMM: those the implicit GEMM's own
+# offer staged by cp.async (the GEMMs are 1x1 geometries; cp.async won most ResNet-50 layers
+# there, benchmarks/NOTES-gpu.md v5), at most this many per Winograd tile.
+MAX_WINOGRAD_MMA_VARIANTS = 3
+
+
+def mma_gemm_variants(p: ConvProblem, tile: tuple[int, int]) -> list[dict[str, Any]]:
+    """The tensor-core variants of the batched GEMM of F(tile): the implicit GEMM's own for
+    that (tiles x C) x (C x K) product, less split-K and sliced K, cp.async first."""
+    th, tw = ceil_div(p.out_h, tile[0]), ceil_div(p.out_w, tile[1])
+    gemm = ConvProblem(p.n, th, tw, p.c, p.k, 1, 1, dtype="F32", fast_math=True)
+    offered = [v for v in mma_variants(gemm) if "split" not in v and "warps_k" not in v]
+    offered.sort(key=lambda v: v.get("load") != "async")
+    return offered[:MAX_WINOGRAD_MMA_VARIANTS]
 
 
 def _tile(params: Mapping[str, Any]) -> tuple[int, int]:

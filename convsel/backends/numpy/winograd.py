@@ -33,7 +33,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
-from ...verdict import Verdict
+from ...verdict import Verdict, failed
 from ...winograd_transforms import tile_verdict, winograd_kron_2d
 from . import accel, bands
 from .common import (
@@ -59,6 +59,9 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Any = None) -> 
     dtype = float_only(p, "winograd")
     if not dtype.ok:
         return dtype
+    if params.get("math") is not None:
+        return failed(f"numpy winograd has no tensor cores: math={params['math']!r} runs on "
+                      "the opencl backend, on NVIDIA GPUs")
     return tile_verdict(p, params, "numpy")
 
 

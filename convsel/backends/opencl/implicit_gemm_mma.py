@@ -451,18 +451,7 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     check_plan(p, plan, runtime, ALGORITHM)
     dtype = NUMPY_DTYPES[p.dtype]
     options = build_options(p, config, bias, emulate)
-    if emulate and runtime.device.type & cl.device_type.CPU:
-        # The emulation only checks the kernel's indexing and arithmetic where there are no
-        # tensor cores (the tests, on PoCL), and PoCL spends seconds optimising its
-        # barrier-heavy fragments: unoptimised it builds ~6x faster. The sums cannot change:
-        # TF32 and F16 products are exact in float32, so a fused and an unfused multiply-add
-        # round alike. Not on NVIDIA's compiler, which at -cl-opt-disable leaves plain
-        # `inline` helpers (common.cl's activate) unresolved ("ptxas fatal: Unresolved extern
-        # function").
-        options.append("-cl-opt-disable")
-    source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
-                                 after=("splitk",))
-    program = runtime.program(source, tuple(options))
+    program, options = _program(runtime, options, emulate)
     # OHWI as it comes: each output channel's KH*KW*C weights contiguous (B's columns).
     weights = np.ascontiguousarray(w, dtype=dtype)
     if config.channels != p.c:      # the padded stem: zero weights for the zero channels
@@ -483,19 +472,79 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
         pad = bind(program, "pad_channels", [x_dev, x_read, pixels])
         steps.append(Step("pad_channels", pad, (pixels, 1, 1),
                           prog.config_id("pad_channels", p, options, [pixels])))
-    m, n = p.n * p.out_h * p.out_w, p.k
-    extents = [m, n, config.channels, p.h, p.w, p.out_h, p.out_w, p.pad[0], p.pad[2],
-               config.splits]
-    kernel = bind(program, "implicit_gemm_mma", [x_read, w_dev, b_dev, y_dev, part, *extents])
-    bm, bn = config.tile[:2]
-    gws = (-(-n // bn) * config.threads, -(-m // bm), config.splits)
-    name = f"implicit_gemm_{config.math}"
-    steps.append(Step(name, kernel, gws, prog.config_id(name, p, options, extents)))
-    if config.splits > 1:
-        red_ext = [m, n, n, 0, 0, config.splits]
-        reduce = bind(program, "splitk_reduce", [part, b_dev, y_dev, *red_ext])
-        steps.append(Step("splitk_reduce", reduce, (n, m, 1),
-                          prog.config_id("splitk_reduce", p, options, red_ext)))
+    steps += _launches(p, config, program, options, x_read, w_dev, b_dev, y_dev, part)
     workspace = plan.sizes["partial"] + plan.sizes["padded"]
     return OpenCLKernel(runtime, p, x_dev, y_dev, steps, workspace,
                         keep=[w_dev, b_dev, part, x_read])
+
+
+def _program(runtime: Runtime, options: list[str], emulate: bool,
+             ) -> tuple[cl.Program, list[str]]:
+    """The kernel built with ``options`` (and the options as built)."""
+    if emulate and runtime.device.type & cl.device_type.CPU:
+        # The emulation only checks the kernel's indexing and arithmetic where there are no
+        # tensor cores (the tests, on PoCL), and PoCL spends seconds optimising its
+        # barrier-heavy fragments: unoptimised it builds ~6x faster. The sums cannot change:
+        # TF32 and F16 products are exact in float32, so a fused and an unfused multiply-add
+        # round alike. Not on NVIDIA's compiler, which at -cl-opt-disable leaves plain
+        # `inline` helpers (common.cl's activate) unresolved ("ptxas fatal: Unresolved extern
+        # function").
+        options = [*options, "-cl-opt-disable"]
+    source = prog.program_source("implicit_gemm_mma", preamble=prog.kernel_source("mma"),
+                                 after=("splitk",))
+    return runtime.program(source, tuple(options)), options
+
+
+def _launches(p: ConvProblem, config: MmaConfig, program: cl.Program, options: list[str],
+              x: cl.Buffer, w: cl.Buffer, bias: cl.Buffer, y: cl.Buffer, part: cl.Buffer,
+              batches: int = 1, strides: tuple[int, int, int] = (0, 0, 0)) -> list[Step]:
+    """The kernel's launch (``batches`` of it side by side, ``strides`` elements apart in x,
+    w and y, where built BATCHED) and split-K's reduction."""
+    m, n = p.n * p.out_h * p.out_w, p.k
+    extents = [m, n, config.channels, p.h, p.w, p.out_h, p.out_w, p.pad[0], p.pad[2],
+               config.splits, *strides]
+    kernel = bind(program, "implicit_gemm_mma", [x, w, bias, y, part, *extents])
+    bm, bn = config.tile[:2]
+    gws = (-(-n // bn) * config.threads, -(-m // bm), config.splits * batches)
+    name = f"implicit_gemm_{config.math}"
+    steps = [Step(name, kernel, gws, prog.config_id(name, p, options, [*extents, batches]))]
+    if config.splits > 1:
+        red_ext = [m, n, n, 0, 0, config.splits]
+        reduce = bind(program, "splitk_reduce", [part, bias, y, *red_ext])
+        steps.append(Step("splitk_reduce", reduce, (n, m, 1),
+                          prog.config_id("splitk_reduce", p, options, red_ext)))
+    return steps
+
+
+def batched_gemm(gemm: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
+                 a: cl.Buffer, b: np.ndarray, y: cl.Buffer, batches: int,
+                 emulate: bool = False) -> tuple[list[Step], list[cl.Buffer]]:
+    """``batches`` GEMMs Y[z] (M x K) = A[z] (M x C) * B[z] (C x K) on tensor cores, as the
+    1x1 convolution ``gemm`` (no padding, stride 1, M = its pixels, float32 data, no bias
+    or activation: raw float products) applied to each: A[z] rows of C floats on the device,
+    ``b`` on the host as [batches][K][C] (each output channel's C values contiguous, as the
+    kernel reads OHWI weights), Y[z] rows of K floats. Winograd's batched GEMM runs here.
+    Returns the launches and the buffers they need kept alive; split-K is refused (the
+    batch already makes the work-groups)."""
+    emulate = emulate or _emulated_here(runtime)
+    if gemm.kh * gemm.kw != 1 or any(gemm.pad) or gemm.stride != (1, 1) or gemm.dtype != "F32":
+        raise ValueError(f"a batched GEMM is an F32 1x1 convolution without padding, got {gemm}")
+    verdict = supports(gemm, params, runtime, emulate)
+    if not verdict.ok:
+        raise UnsupportedError(verdict.reason, algorithm=ALGORITHM, backend="opencl")
+    config = configure(gemm, params, runtime, emulate)
+    if config.splits != 1:
+        raise UnsupportedError(f"a batched GEMM runs without split-K, got split "
+                               f"{config.splits}", algorithm=ALGORITHM, backend="opencl")
+    options = build_options(gemm, config, None, emulate) + ["-DBATCHED"]
+    program, options = _program(runtime, options, emulate)
+    weights = np.ascontiguousarray(b, dtype=np.float32)
+    if "-DB_ROUNDED" in options:
+        weights = tf32_rounded(weights)
+    w_dev = runtime.buffer(0, weights)
+    part, no_bias = runtime.buffer(4), runtime.buffer(4)
+    m = gemm.n * gemm.h * gemm.w
+    strides = (m * gemm.c, gemm.k * gemm.c, m * gemm.k)
+    steps = _launches(gemm, config, program, options, a, w_dev, no_bias, y, part, batches,
+                      strides)
+    return steps, [w_dev, part, no_bias]

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pyopencl as cl
 
+from ...problem import ConvProblem
 from ...verdict import Verdict, failed, passed
+from ...winograd_transforms import winograd_matrices_2d
 from .program import kernel_source
 from .runtime import Runtime
 
 MATH_MODES = ("tf32", "f16")
+# a float64 convolution of NHWC x with OHWI w for a problem (no bias, no activation)
+Convolve = Callable[[ConvProblem, np.ndarray, np.ndarray], np.ndarray]
 MIN_CAPABILITY = (8, 0)         # mma.sync with TF32 operands: sm_80
 _NV_ATTRIBUTES = "cl_nv_device_attribute_query"
 
@@ -73,6 +78,65 @@ def error_bound(math_mode: str, dtype: str, reduction: int, splits: int = 1) -> 
     g_acc = (6 * math.ceil(reduction / 4) + splits + 2) * TRUNCATION
     bound = (2 * u_in + u_in * u_in) * (1 + g_acc) + g_acc
     return (1 + U_F16) * bound + U_F16 if dtype == "F16" else bound
+
+
+def winograd_error_bound(tile: tuple[int, int], kernel: tuple[int, int], channels: int) -> float:
+    """The largest ``|y - ref| / S`` an output of Winograd F(tile, kernel) with its batched
+    GEMM on TF32 tensor cores may show against the exact (float64) convolution, S being the
+    output's scale from :func:`winograd_scale` (the transforms applied to magnitudes).
+
+    With n_y, n_x the input tile's sides, C = ``channels``, u = 2^-11, v = 2^-24:
+
+        e_in  = (2 n_y + 2 n_x + 2) v        input transform in float32 (two passes of sums
+                                             of n products, its constants rounded to float)
+        e_out = (2 n_y + 2 n_x + 3) v        output transform in float32, then the bias
+        g_acc = (6 ceil(C / 4) + 2) v        the tensor cores' accumulation (error_bound)
+        bound = (1 + e_in)(1 + u)(1 + 2v)(1 + u)(1 + g_acc)(1 + e_out) - 1
+
+    Each factor bounds how far one stage can move a value relative to the magnitudes S sums:
+    the transformed input V (float32, then rounded to TF32), the filter U (float64 on the
+    host, rounded to float32, then to TF32), their exact products summed over C in the
+    tensor cores, the output transform. Every intermediate is bounded by its magnitude
+    transform (|BT| |d| |BT|^T for V, |G| |g| |G|^T for U), so S bounds them all.
+    """
+    n_y, n_x = tile[0] + kernel[0] - 1, tile[1] + kernel[1] - 1
+    e_in = (2 * n_y + 2 * n_x + 2) * TRUNCATION / 2
+    e_out = (2 * n_y + 2 * n_x + 3) * TRUNCATION / 2
+    g_acc = (6 * math.ceil(channels / 4) + 2) * TRUNCATION
+    v = TRUNCATION / 2
+    return ((1 + e_in) * (1 + U_TF32) * (1 + 2 * v) * (1 + U_TF32) * (1 + g_acc)
+            * (1 + e_out) - 1)
+
+
+def winograd_scale(p: ConvProblem, x_abs: np.ndarray, w_abs: np.ndarray, b_abs: np.ndarray,
+                   tile: tuple[int, int], conv: Convolve) -> np.ndarray:
+    """Per output of F(tile) on ``p`` (NHWC, float64): the magnitude the errors of
+    :func:`winograd_error_bound` are relative to,
+
+        S[o] = sum_ab |AT_y[i,a]| |AT_x[j,b]| sum_c V~[ab,c] U~[ab,c,k] + |bias_k|,
+        V~ = |BT_y| |d| |BT_x|^T,   U~ = |G_y| |g| |G_x|^T
+
+    for the output o at row i, column j of its tile (d: the tile's input window, g: the
+    filter). For each (i, j) that is a convolution of |x| with an n_y x n_x filter at the
+    tile's stride, which ``conv(problem, x, w)`` computes (float64; numpy's reference, or
+    a GPU's)."""
+    (at_y, g_y, bt_y), (at_x, g_x, bt_x) = (tuple(np.abs(m) for m in axis)
+                                            for axis in winograd_matrices_2d(tile, (p.kh, p.kw)))
+    u = np.einsum("au,kuvc,bv->abck", g_y, w_abs, g_x, optimize=True)        # |U| bound
+    n_y, n_x = bt_y.shape[0], bt_x.shape[0]
+    th, tw = -(-p.out_h // tile[0]), -(-p.out_w // tile[1])
+    top, left = p.pad[0], p.pad[2]
+    window = p.replace(kh=n_y, kw=n_x, stride=tile, activation=None,
+                       pad=(top, (th - 1) * tile[0] + n_y - p.h - top,
+                            left, (tw - 1) * tile[1] + n_x - p.w - left))
+    out = np.empty((p.n, th * tile[0], tw * tile[1], p.k))
+    for i in range(tile[0]):
+        for j in range(tile[1]):
+            # the filter seen by output (i, j) of a tile: OHWI over the input window
+            f = np.einsum("a,b,al,bm,abck->klmc", at_y[i], at_x[j], bt_y, bt_x, u,
+                          optimize=True)
+            out[:, i::tile[0], j::tile[1], :] = conv(window, x_abs, f)
+    return np.asarray(out[:, :p.out_h, :p.out_w, :] + b_abs)
 
 
 # -- the capability probe ----------------------------------------------------------------------

@@ -1,8 +1,15 @@
 """Winograd F(tile, kernel) on OpenCL, NHWC, stride 1: the filter transform once on the host
 at prepare time; per run, the input transform (kernels/winograd.cl), one batched GEMM per
-point of the transformed tile (kernels/gemm.cl) and the output transform with bias and
-activation. The transforms come from :mod:`convsel.winograd_transforms`; intermediates are
-float32 for F16 too."""
+point of the transformed tile (the implicit-GEMM kernel with a 1x1 geometry) and the output
+transform with bias and activation. The transforms come from
+:mod:`convsel.winograd_transforms`; intermediates are float32 for F16 too.
+
+A variant that names ``math="tf32"`` (F32 problems under fast math only) runs the batched
+GEMM on tensor cores instead (:func:`.implicit_gemm_mma.batched_gemm`, its other
+parameters those of the tensor-core implicit GEMM: ``mma``, ``load``, ``slice``,
+``stages``): the transformed input and filter are rounded to TF32 there, so the error
+grows with the transforms' magnitudes (:func:`.mma.winograd_error_bound`).
+"""
 
 from __future__ import annotations
 
@@ -11,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from ...algorithms.winograd import mma_params, mma_rule
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
-from ...verdict import Verdict
+from ...verdict import Verdict, failed
 from ...winograd_transforms import tile_verdict, winograd_matrices_2d
+from . import implicit_gemm_mma
 from . import program as prog
 from .gemm_kernel import GemmShape, gemm_step
 from .launch import Step, bind
@@ -42,7 +51,22 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
     tile = tile_verdict(p, params, "opencl")
     if not tile.ok:
         return tile
+    if params.get("math") is not None:
+        why = mma_rule(p, params)
+        if why:
+            return failed(why)
+        gemm = implicit_gemm_mma.supports(gemm_problem(p, tile.params["tile"]),
+                                          mma_params(params), runtime)
+        if not gemm.ok:
+            return failed(f"winograd's batched GEMM on tensor cores: {gemm.reason}")
     return plan_verdict(p, _plan(p, tile.params["tile"]), runtime)
+
+
+def gemm_problem(p: ConvProblem, tile: tuple[int, int]) -> ConvProblem:
+    """One point's GEMM as a 1x1 convolution: (tiles x C) x (C x K), the tiles laid out as
+    an image of TH x TW tiles per batch item (so each dimension stays small)."""
+    th, tw = -(-p.out_h // tile[0]), -(-p.out_w // tile[1])
+    return ConvProblem(p.n, th, tw, p.c, p.k, 1, 1, dtype="F32", fast_math=p.fast_math)
 
 
 def _constants(name: str, matrix: np.ndarray) -> str:
@@ -70,17 +94,17 @@ def filter_transform(w: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
 
 def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict[str, Any],
             runtime: Runtime) -> OpenCLKernel:
-    verdict = tile_verdict(p, params, "opencl")
+    verdict = supports(p, params, runtime)
     if not verdict.ok:
         raise UnsupportedError(verdict.reason, algorithm="winograd", backend="opencl")
-    tile = verdict.params["tile"]
+    tile = tile_verdict(p, params, "opencl").params["tile"]
     plan = _plan(p, tile)
     check_plan(p, plan, runtime, "winograd")
     dtype = NUMPY_DTYPES[p.dtype]
     ah, aw = tile[0] + p.kh - 1, tile[1] + p.kw - 1
     th, tw = -(-p.out_h // tile[0]), -(-p.out_w // tile[1])
     tiles = p.n * th * tw
-    u_dev = runtime.buffer(0, filter_transform(w, tile))
+    u_host = filter_transform(w, tile)
     b_dev = bias_buffer(runtime, bias, dtype)
     x_dev, y_dev = runtime.buffer(plan.sizes["x"]), runtime.buffer(plan.sizes["y"])
     v_dev, m_dev = runtime.buffer(plan.sizes["V"]), runtime.buffer(plan.sizes["M"])
@@ -94,14 +118,26 @@ def prepare(p: ConvProblem, w: np.ndarray, bias: np.ndarray | None, params: dict
     transform_in = Step("winograd_input",
                         bind(program, "winograd_input", [x_dev, v_dev, *in_ext]),
                         (p.c, tiles, 1), prog.config_id("winograd_input", p, tile_opts, in_ext))
-    shape = GemmShape(m=tiles, n=p.k, kd=p.c, lda=p.c, ldb=p.k, ldc=p.k, batches=ah * aw,
-                      a_batch=tiles * p.c, b_batch=p.c * p.k, c_batch=tiles * p.k)
-    gemm = gemm_step(runtime, p, shape, v_dev, u_dev, b_dev, m_dev, epilogue=None)
+    if params.get("math") is not None:
+        # U as [point][K][C]: each output channel's C values contiguous, as the tensor-core
+        # kernel reads its B
+        u_kc = np.ascontiguousarray(np.swapaxes(u_host, 2, 3))
+        gemm_steps, gemm_keep = implicit_gemm_mma.batched_gemm(
+            gemm_problem(p, tile), mma_params(params), runtime, v_dev, u_kc, m_dev, ah * aw)
+        gemm_workspace = 0
+    else:
+        u_dev = runtime.buffer(0, u_host)
+        shape = GemmShape(m=tiles, n=p.k, kd=p.c, lda=p.c, ldb=p.k, ldc=p.k,
+                          batches=ah * aw, a_batch=tiles * p.c, b_batch=p.c * p.k,
+                          c_batch=tiles * p.k)
+        gemm = gemm_step(runtime, p, shape, v_dev, u_dev, b_dev, m_dev, epilogue=None)
+        gemm_steps, gemm_keep = gemm.steps, [u_dev, *gemm.keep]
+        gemm_workspace = gemm.workspace_bytes
     out_ext = [p.k, p.out_h, p.out_w, th, tw, tiles]
     transform_out = Step("winograd_output",
                          bind(program, "winograd_output", [m_dev, b_dev, y_dev, *out_ext]),
                          (p.k, tiles, 1),
                          prog.config_id("winograd_output", p, tile_opts, out_ext))
-    workspace = plan.sizes["V"] + plan.sizes["M"] + plan.sizes["U"] + gemm.workspace_bytes
-    return OpenCLKernel(runtime, p, x_dev, y_dev, [transform_in, *gemm.steps, transform_out],
-                        workspace, keep=[u_dev, b_dev, v_dev, m_dev, *gemm.keep])
+    workspace = plan.sizes["V"] + plan.sizes["M"] + plan.sizes["U"] + gemm_workspace
+    return OpenCLKernel(runtime, p, x_dev, y_dev, [transform_in, *gemm_steps, transform_out],
+                        workspace, keep=[b_dev, v_dev, m_dev, *gemm_keep])

@@ -25,6 +25,7 @@ from opencl_support import opencl_runtime
 
 import convsel
 from convsel import algorithms, api, finder
+from convsel.algorithms.winograd import winograd_tiles
 from convsel.errors import FallbackWarning, UnsupportedError
 from convsel.problem import ConvProblem
 from convsel.reference import conv2d_reference
@@ -33,9 +34,11 @@ from convsel.tuning.layers import Layer, distinct, load_layers
 
 pytest.importorskip("pyopencl")
 
+from convsel.backends.numpy import winograd as winograd_numpy  # noqa: E402
 from convsel.backends.opencl import implicit_gemm as ig  # noqa: E402
 from convsel.backends.opencl import implicit_gemm_mma as igm  # noqa: E402
 from convsel.backends.opencl import mma, prepared  # noqa: E402
+from convsel.backends.opencl import winograd as wg  # noqa: E402
 
 RULES = default_rules()
 U32 = 2.0**-24
@@ -714,6 +717,124 @@ def test_padded_stem_on_tensor_cores(dtype, pad, monkeypatch):
         wide = ConvProblem(2, 56, 56, 64, 256, 1, 1, dtype=dtype, fast_math=dtype == "F32")
         checked += _native_case(wide, runtime, bias=False)
     assert checked >= 6
+
+
+# -- Winograd's batched GEMM on tensor cores -----------------------------------------------------
+WINOGRAD_EMULATED = [   # ragged tiles, a batch, bias and ReLU; C of whole 16-byte units or not
+    ConvProblem(2, 9, 7, 16, 24, 3, 3, pad=1, activation="relu", fast_math=True),
+    ConvProblem(1, 10, 13, 6, 10, 3, 3, fast_math=True),
+    ConvProblem(1, 8, 9, 8, 12, 5, 5, pad=2, fast_math=True),
+]
+
+
+def _small_integers(p: ConvProblem, seed: int):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-3, 4, p.input_shape).astype(np.float32),
+            rng.integers(-3, 4, p.weights_shape).astype(np.float32),
+            rng.integers(-3, 4, p.k).astype(np.float32))
+
+
+def _winograd_mma(p: ConvProblem) -> list[dict]:
+    return [v for v in algorithms.variants("winograd", p, RULES) if "math" in v]
+
+
+@pytest.mark.parametrize("p", WINOGRAD_EMULATED[:2], ids=str)
+def test_winograd_on_tensor_cores_emulated_is_exact_on_small_integers(rt, monkeypatch, p):
+    """F(2x2, 3x3)'s transforms hold only 0, +-1 and +-1/2, so with small integers every
+    transformed value, TF32 rounding, product and sum is exact: any wrong index, batch
+    offset or layout of the batched GEMM shows as a difference from float64."""
+    monkeypatch.setattr(igm, "EMULATE_WITHOUT_TENSOR_CORES", True)
+    x, w, b = _small_integers(p, 3)
+    ref = conv2d_reference(p, x, w, b)
+    named = [{"tile": (2, 2), "math": "tf32", "mma": (32, 32, 1, 1)},
+             {"tile": (2, 2), "math": "tf32", "mma": (64, 64, 2, 2), "load": "async"}]
+    offered = [v for v in _winograd_mma(p) if tuple(v["tile"]) == (2, 2)]
+    assert offered
+    for params in named + offered:
+        if params.get("load") == "async" and p.c % 4:
+            verdict = wg.supports(p, params, rt)
+            assert not verdict.ok and "async" in verdict.reason
+            continue
+        kernel = wg.prepare(p, w, b, params, rt)
+        assert algorithms.workspace_bytes("winograd", p, params, "opencl") \
+            >= kernel.workspace_bytes
+        y = kernel.run(x)
+        assert np.array_equal(y.astype(np.float64), ref), (params, np.abs(y - ref).max())
+
+
+@pytest.mark.parametrize("p", WINOGRAD_EMULATED, ids=str)
+def test_winograd_on_tensor_cores_emulated_within_its_bound(rt, monkeypatch, p):
+    """Random data, every tile paired with the kernel, against float64 within
+    mma.winograd_error_bound of each output's transformed magnitudes."""
+    monkeypatch.setattr(igm, "EMULATE_WITHOUT_TENSOR_CORES", True)
+    checked = _winograd_native_case(p, rt, seed=5,
+                                    variants=[{"tile": t, "math": "tf32",
+                                               "mma": (32, 32, 1, 1)}
+                                              for t in winograd_tiles(p, RULES)])
+    assert checked >= 1
+
+
+def _winograd_native_case(p: ConvProblem, runtime, seed: int = 0,
+                          variants: list[dict] | None = None) -> int:
+    """Every Winograd tensor-core variant of ``p`` (or those named) against float64 on the
+    exact inputs, within :func:`mma.winograd_error_bound`; the number checked. One line per
+    variant (the device log)."""
+    x, w, b = _data(p, seed)
+    ref = conv2d_reference(p, x, w, b)
+    variants = _winograd_mma(p) if variants is None else variants
+    assert variants, p
+    for params in variants:
+        tile = tuple(int(v) for v in params["tile"])
+        scale = mma.winograd_scale(p, np.abs(x.astype(np.float64)),
+                                   np.abs(w.astype(np.float64)), np.abs(b.astype(np.float64)),
+                                   tile, lambda q, a, f: conv2d_reference(q, a, f))
+        y = wg.prepare(p, w, b, params, runtime).run(x).astype(np.float64)
+        bound = mma.winograd_error_bound(tile, (p.kh, p.kw), p.c)
+        finite = bool(np.isfinite(y).all())
+        err = float(np.max(np.abs(y - ref) / scale)) if finite else math.inf
+        norm = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if finite else math.inf
+        print(f"{str(p)[:72]:<72} {algorithms.label_of('winograd', params):<56} "
+              f"max err/scale {err:.2e}  bound {bound:.2e}  rel-l2 {norm:.1e}  "
+              f"{'ok' if err <= bound else 'FAIL'}")
+        assert finite, f"{p} {params}: unwritten or non-finite outputs"
+        assert err <= bound, f"{p} {params}: {err:.3e} > bound {bound:.3e}"
+    return len(variants)
+
+
+def test_winograd_on_tensor_cores_only_under_fast_math_and_only_tf32(rt):
+    exact = ConvProblem(1, 8, 8, 16, 16, 3, 3, pad=1)
+    params = {"tile": (2, 2), "math": "tf32"}
+    assert not [v for v in algorithms.variants("winograd", exact, RULES) if "math" in v]
+    assert not [v for v in algorithms.variants("winograd", exact.replace(dtype="F16",
+                                                                        fast_math=True),
+                                               RULES) if "math" in v]
+    for verdict in (algorithms.supports("winograd", exact, RULES, params),
+                    wg.supports(exact, params, rt)):
+        assert not verdict.ok and "fast_math" in verdict.reason
+    with pytest.raises(UnsupportedError, match="fast_math"):
+        api.prepare(exact, np.ones(exact.weights_shape, np.float32), algorithm="winograd",
+                    params=params, backend="opencl")
+    fast = exact.replace(fast_math=True)
+    for bad, why in (({**params, "math": "f16"}, "math must be 'tf32'"),
+                     ({**params, "split": 2}, "without split-K"),
+                     ({**params, "mma": (48, 64, 2, 2)}, "mma")):
+        verdict = algorithms.supports("winograd", fast, RULES, bad)
+        assert not verdict.ok and why in verdict.reason, (bad, verdict.reason)
+    refused = winograd_numpy.supports(fast, params)
+    assert not refused.ok and "tensor cores" in refused.reason
+    if not mma.tensor_cores(rt).ok:
+        verdict = wg.supports(fast, params, rt)
+        assert not verdict.ok and "no tensor cores" in verdict.reason
+
+
+def test_every_winograd_variant_on_resnet50_3x3_layers_on_tensor_cores():
+    runtime = tensor_core_runtime()
+    layers = [x for x in _resnet50() if x.problem.kh == 3 and x.problem.stride == (1, 1)]
+    checked = sum(_winograd_native_case(x.problem.replace(n=2, fast_math=True), runtime)
+                  for x in layers)
+    checked += sum(_winograd_native_case(p, runtime, seed=i)
+                   for i, p in enumerate(WINOGRAD_EMULATED))
+    assert len(layers) == 4 and checked >= 12
 
 
 def test_the_probe_passes_on_an_nvidia_gpu_of_capability_8():

@@ -39,6 +39,8 @@
 // column (N) before moving on, so that neighbouring work-groups share B's and A's tiles in L2.
 // Split-K (splits > 1): group z sums its share of the slices into part[z][M][N]; splitk.cl
 // adds them up and applies the epilogue.
+// BATCHED: group z runs the z-th of a batch of GEMMs instead (a_batch, b_batch, y_batch:
+// the elements between consecutive As, Bs and Ys; 0 and unused otherwise).
 //
 // Build options: MATH_TF32 | MATH_F16, DATA_F32 | DATA_F16 (storage; halves move as bits),
 // BM BN WARPS_M WARPS_N SW STAGES ASYNC UW LDSM, KH KW SY SX DY DX, FLAT and CIN, ACT*, HAS_BIAS,
@@ -413,7 +415,8 @@ __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
                        __global const DATA_T* bias, __global DATA_T* y,
                        __global float* part, int M, int N, int C, int H, int W, int OH,
-                       int OW, int PT, int PL, int splits) {
+                       int OW, int PT, int PL, int splits, int a_batch, int b_batch,
+                       int y_batch) {
     __local uint4 smem4[SMEM_WORDS / 4];               // uint4: 16-byte aligned rows
     __local uint* smem = (__local uint*)smem4;
 #if defined(MMA_EMULATE)
@@ -447,7 +450,20 @@ void implicit_gemm_mma(__global const ELEM_T* x, __global const ELEM_T* w,
     const int n0 = get_group_id(0) * BN;
     const int m0 = get_group_id(1) * BM;
 #endif
+#if defined(BATCHED)
+    // A batch of GEMMs of one shape (Winograd's, one per point of the transformed tile):
+    // group z multiplies the z-th A (rows of C words), B and Y, a_batch, b_batch and y_batch
+    // elements apart. No split-K here (the host refuses it): the batch fills the device.
+    {
+        const size_t z = get_group_id(2);
+        x += z * (size_t)a_batch;
+        w += z * (size_t)b_batch;
+        y += z * (size_t)y_batch;
+    }
+    const int split = 0;
+#else
     const int split = get_group_id(2);
+#endif
 
 #if defined(FLAT)
     const int TAPS = 1;
