@@ -783,11 +783,14 @@ def _winograd_native_case(p: ConvProblem, runtime, seed: int = 0,
     ref = conv2d_reference(p, x, w, b)
     variants = _winograd_mma(p) if variants is None else variants
     assert variants, p
+    scales: dict[tuple[int, ...], np.ndarray] = {}
     for params in variants:
         tile = tuple(int(v) for v in params["tile"])
-        scale = mma.winograd_scale(p, np.abs(x.astype(np.float64)),
-                                   np.abs(w.astype(np.float64)), np.abs(b.astype(np.float64)),
-                                   tile, lambda q, a, f: conv2d_reference(q, a, f))
+        if tile not in scales:
+            scales[tile] = mma.winograd_scale(
+                p, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                np.abs(b.astype(np.float64)), tile, lambda q, a, f: conv2d_reference(q, a, f))
+        scale = scales[tile]
         y = wg.prepare(p, w, b, params, runtime).run(x).astype(np.float64)
         bound = mma.winograd_error_bound(tile, (p.kh, p.kw), p.c)
         finite = bool(np.isfinite(y).all())
