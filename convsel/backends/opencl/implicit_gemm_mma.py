@@ -529,13 +529,15 @@ def batched_gemm(gemm: ConvProblem, params: Mapping[str, Any], runtime: Runtime,
     emulate = emulate or _emulated_here(runtime)
     if gemm.kh * gemm.kw != 1 or any(gemm.pad) or gemm.stride != (1, 1) or gemm.dtype != "F32":
         raise ValueError(f"a batched GEMM is an F32 1x1 convolution without padding, got {gemm}")
+    if params.get("split") not in (None, 1):
+        raise UnsupportedError(f"a batched GEMM runs without split-K, got split "
+                               f"{params['split']!r}", algorithm=ALGORITHM, backend="opencl")
+    # not the device's default split for one GEMM of this size: the batch fills the device
+    params = {**params, "split": 1}
     verdict = supports(gemm, params, runtime, emulate)
     if not verdict.ok:
         raise UnsupportedError(verdict.reason, algorithm=ALGORITHM, backend="opencl")
     config = configure(gemm, params, runtime, emulate)
-    if config.splits != 1:
-        raise UnsupportedError(f"a batched GEMM runs without split-K, got split "
-                               f"{config.splits}", algorithm=ALGORITHM, backend="opencl")
     options = build_options(gemm, config, None, emulate) + ["-DBATCHED"]
     program, options = _program(runtime, options, emulate)
     weights = np.ascontiguousarray(b, dtype=np.float32)

@@ -56,7 +56,7 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
         if why:
             return failed(why)
         gemm = implicit_gemm_mma.supports(gemm_problem(p, tile.params["tile"]),
-                                          mma_params(params), runtime)
+                                          {**mma_params(params), "split": 1}, runtime)
         if not gemm.ok:
             return failed(f"winograd's batched GEMM on tensor cores: {gemm.reason}")
     return plan_verdict(p, _plan(p, tile.params["tile"]), runtime)

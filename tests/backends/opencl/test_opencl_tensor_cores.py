@@ -724,6 +724,8 @@ WINOGRAD_EMULATED = [   # ragged tiles, a batch, bias and ReLU; C of whole 16-by
     ConvProblem(2, 9, 7, 16, 24, 3, 3, pad=1, activation="relu", fast_math=True),
     ConvProblem(1, 10, 13, 6, 10, 3, 3, fast_math=True),
     ConvProblem(1, 8, 9, 8, 12, 5, 5, pad=2, fast_math=True),
+    # few tiles and a long reduction: one GEMM alone would take the device's split-K
+    ConvProblem(1, 4, 4, 512, 16, 3, 3, pad=1, fast_math=True),
 ]
 
 
