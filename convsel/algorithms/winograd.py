@@ -55,7 +55,7 @@ def supports(p: ConvProblem, rules: Rules, params: Mapping[str, Any]) -> Verdict
     why = mma_rule(p, params)
     if why:
         return failed(why)
-    gemm = mma_supports(p, mma_params(params))
+    gemm = mma_supports(gemm_problem(p, tile), mma_params(params))
     if not gemm.ok:
         return failed(f"winograd's batched GEMM: {gemm.reason}")
     return passed(f"F({tile[0]}x{tile[1]}, {p.kh}x{p.kw}), its batched GEMM on TF32 tensor "
@@ -82,6 +82,14 @@ def mma_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != "tile"}
 
 
+def gemm_problem(p: ConvProblem, tile: tuple[int, int]) -> ConvProblem:
+    """One point's GEMM of F(tile) as a 1x1 convolution, (tiles x C) x (C x K): the tiles
+    laid out as an image of TH x TW tiles per batch item (each side stays small), float32
+    (the transformed values are float whatever the problem's data type)."""
+    th, tw = ceil_div(p.out_h, tile[0]), ceil_div(p.out_w, tile[1])
+    return ConvProblem(p.n, th, tw, p.c, p.k, 1, 1, dtype="F32", fast_math=p.fast_math)
+
+
 def variants(p: ConvProblem, rules: Rules) -> list[dict[str, Any]]:
     """One candidate per output tile paired with the kernel; under fast math (F32), each
     tile once more with its batched GEMM on TF32 tensor cores (:func:`mma_gemm_variants`)."""
@@ -101,9 +109,8 @@ MAX_WINOGRAD_MMA_VARIANTS = 3
 def mma_gemm_variants(p: ConvProblem, tile: tuple[int, int]) -> list[dict[str, Any]]:
     """The tensor-core variants of the batched GEMM of F(tile): the implicit GEMM's own for
     that (tiles x C) x (C x K) product, less split-K and sliced K, cp.async first."""
-    th, tw = ceil_div(p.out_h, tile[0]), ceil_div(p.out_w, tile[1])
-    gemm = ConvProblem(p.n, th, tw, p.c, p.k, 1, 1, dtype="F32", fast_math=True)
-    offered = [v for v in mma_variants(gemm) if "split" not in v and "warps_k" not in v]
+    offered = [v for v in mma_variants(gemm_problem(p, tile))
+               if "split" not in v and "warps_k" not in v]
     offered.sort(key=lambda v: v.get("load") != "async")
     return offered[:MAX_WINOGRAD_MMA_VARIANTS]
 

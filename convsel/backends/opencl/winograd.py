@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...algorithms.winograd import mma_params, mma_rule
+from ...algorithms.winograd import gemm_problem, mma_params, mma_rule
 from ...errors import UnsupportedError
 from ...problem import ConvProblem
 from ...verdict import Verdict, failed
@@ -60,13 +60,6 @@ def supports(p: ConvProblem, params: Mapping[str, Any], runtime: Runtime) -> Ver
         if not gemm.ok:
             return failed(f"winograd's batched GEMM on tensor cores: {gemm.reason}")
     return plan_verdict(p, _plan(p, tile.params["tile"]), runtime)
-
-
-def gemm_problem(p: ConvProblem, tile: tuple[int, int]) -> ConvProblem:
-    """One point's GEMM as a 1x1 convolution: (tiles x C) x (C x K), the tiles laid out as
-    an image of TH x TW tiles per batch item (so each dimension stays small)."""
-    th, tw = -(-p.out_h // tile[0]), -(-p.out_w // tile[1])
-    return ConvProblem(p.n, th, tw, p.c, p.k, 1, 1, dtype="F32", fast_math=p.fast_math)
 
 
 def _constants(name: str, matrix: np.ndarray) -> str:
