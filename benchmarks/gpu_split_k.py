@@ -2,7 +2,8 @@
 run on one GPU, ResNet-50's distinct layers at batch 32, exact fp32, against cuDNN fp32.
 
     python benchmarks/gpu_split_k.py [--batch 32] [--rounds 21] [--budget-s 400]
-        [--max-variants 8] [--extras search|adopted] [--out results.json]
+        [--max-variants 8] [--extras search|adopted|tiles] [--layers NAME ...]
+        [--out results.json]
 
 Per layer, the "offered" arm is every exact OpenCL candidate that benchmarks/gpu.py times
 (``gpu.candidates``, the backend's defaults for what they do not name: split-K per device
@@ -51,6 +52,11 @@ from convsel.rules import load_rules
 from convsel.tuning.layers import Layer
 
 SPLIT_TILES = ((128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (128, 64, 8, 8, 4))
+# --extras tiles: block rows that divide a 7x7 map's M (32 x 49 = 1568 = 14 x 112) or waste
+# less of it than 128 (13 x 128 = 1664), and narrower or deeper tiles, with split 1 and 2
+ROW_TILES = ((112, 128, 16, 8, 8), (112, 128, 8, 8, 8), (96, 128, 16, 8, 8),
+             (64, 128, 16, 8, 8), (128, 64, 16, 8, 8), (112, 64, 16, 8, 8))
+ROW_SPLITS = (1, 2)
 SPLITS = (1, 2, 4, 8)
 WIDE_TILES = ((128, 256, 8, 8, 8), (128, 256, 8, 8, 16), (128, 256, 16, 8, 16))
 WIDE_SPLITS = (1, 2)
@@ -88,6 +94,13 @@ def extras(p: ConvProblem, cus: int) -> list[dict[str, Any]]:
     return out
 
 
+def row_extras(p: ConvProblem) -> list[dict[str, Any]]:
+    """--extras tiles: :data:`ROW_TILES` with :data:`ROW_SPLITS`, local buffers left to the
+    backend's default."""
+    vec = 4 if p.c % 4 == 0 and p.k % 4 == 0 and p.c >= 8 else 1
+    return [{"tile": t, "vec": vec, "split": s} for t in ROW_TILES for s in ROW_SPLITS]
+
+
 def run_layer(layer: Layer, runtime: Any, rules: Any, rng: np.random.Generator,
               args: argparse.Namespace) -> dict[str, Any]:
     torch = gdb.TORCH
@@ -103,6 +116,9 @@ def run_layer(layer: Layer, runtime: Any, rules: Any, rng: np.random.Generator,
     if args.extras == "search":
         todo = [("offered", a, v) for a, v in found]
         todo += [("extra", "implicit_gemm", v) for v in extras(p, cus)]
+    elif args.extras == "tiles":
+        todo = [("offered", a, v) for a, v in found]
+        todo += [("extra", "implicit_gemm", v) for v in row_extras(p)]
     else:               # "adopted": the offer before the named splits, and those splits
         todo = [("extra" if a == "implicit_gemm" and "split" in v else "offered", a, v)
                 for a, v in found]
@@ -176,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--budget-s", type=float, default=400.0)
     parser.add_argument("--max-variants", type=int, default=8)
-    parser.add_argument("--extras", choices=("search", "adopted"), default="search")
+    parser.add_argument("--extras", choices=("search", "adopted", "tiles"), default="search")
+    parser.add_argument("--layers", nargs="*", default=None,
+                        help="only the layers whose names start with one of these")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     import torch
@@ -189,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = gdb.run_meta(runtime, torch, args, extras=args.extras, split_tiles=SPLIT_TILES,
                         splits=SPLITS, wide_tiles=WIDE_TILES, wide_splits=WIDE_SPLITS,
                         max_groups_per_cu=MAX_GROUPS_PER_CU)
-    layers = gdb.net_layers(args.net, args.batch)
+    layers = [x for x in gdb.net_layers(args.net, args.batch)
+              if not args.layers or x.name.startswith(tuple(args.layers))]
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
     left: list[str] = []
