@@ -630,15 +630,22 @@ def _native_case(p: ConvProblem, runtime, seed: int = 0, bias: bool = True,
         y = kernel.run(x).astype(np.float64)
         bound = mma.error_bound(params["math"], p.dtype, p.kh * p.kw * p.c,
                                 config.partial_sums)
-        finite = bool(np.isfinite(y).all())
-        err = float(np.max(np.abs(y - ref) / scale)) if finite else math.inf
-        norm = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if finite else math.inf
-        print(f"{str(p)[:72]:<72} {algorithms.label_of('implicit_gemm', params):<44} "
-              f"split {config.splits:>2}  max err/scale {err:.2e}  bound {bound:.2e}  "
-              f"rel-l2 {norm:.1e}  {'ok' if err <= bound else 'FAIL'}")
-        assert finite, f"{p} {params}: unwritten or non-finite outputs"
-        assert err <= bound, f"{p} {params}: {err:.3e} > bound {bound:.3e}"
+        _check_native(p, f"{algorithms.label_of('implicit_gemm', params):<44} split "
+                         f"{config.splits:>2}", y, ref, scale, bound)
     return len(variants)
+
+
+def _check_native(p: ConvProblem, label: str, y: np.ndarray, ref: np.ndarray,
+                  scale: np.ndarray, bound: float) -> None:
+    """One line of the device log (``label``: the variant), then the checks: every output
+    written and finite, and within ``bound`` of its ``scale``."""
+    finite = bool(np.isfinite(y).all())
+    err = float(np.max(np.abs(y - ref) / scale)) if finite else math.inf
+    norm = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if finite else math.inf
+    print(f"{str(p)[:72]:<72} {label}  max err/scale {err:.2e}  bound {bound:.2e}  "
+          f"rel-l2 {norm:.1e}  {'ok' if err <= bound else 'FAIL'}")
+    assert finite, f"{p} {label}: unwritten or non-finite outputs"
+    assert err <= bound, f"{p} {label}: {err:.3e} > bound {bound:.3e}"
 
 
 @pytest.mark.parametrize("dtype", ["F32", "F16"])
@@ -795,14 +802,7 @@ def _winograd_native_case(p: ConvProblem, runtime, seed: int = 0,
         scale = scales[tile]
         y = wg.prepare(p, w, b, params, runtime).run(x).astype(np.float64)
         bound = mma.winograd_error_bound(tile, (p.kh, p.kw), p.c)
-        finite = bool(np.isfinite(y).all())
-        err = float(np.max(np.abs(y - ref) / scale)) if finite else math.inf
-        norm = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if finite else math.inf
-        print(f"{str(p)[:72]:<72} {algorithms.label_of('winograd', params):<56} "
-              f"max err/scale {err:.2e}  bound {bound:.2e}  rel-l2 {norm:.1e}  "
-              f"{'ok' if err <= bound else 'FAIL'}")
-        assert finite, f"{p} {params}: unwritten or non-finite outputs"
-        assert err <= bound, f"{p} {params}: {err:.3e} > bound {bound:.3e}"
+        _check_native(p, f"{algorithms.label_of('winograd', params):<56}", y, ref, scale, bound)
     return len(variants)
 
 
