@@ -83,8 +83,13 @@ def build(p: ConvProblem, algorithm: str, params: Mapping[str, Any], backend: st
                                   f"fallback does not fit either: {exc}", limit=exc.limit,
                                   needed=exc.needed, algorithm=algorithm,
                                   backend="numpy") from None
+    try:
+        kernel = build_on(p, algorithm, params, "numpy", w_ohwi, bias, None)
+    except UnsupportedError as exc:   # the fallback cannot either: say both, warn of neither
+        raise UnsupportedError(f"{why.removesuffix('; ran numpy instead')}; nor can the numpy "
+                               f"fallback: {exc}", algorithm=algorithm, backend=backend) from exc
     warnings.warn(why, FallbackWarning, stacklevel=stacklevel)
-    return build_on(p, algorithm, params, "numpy", w_ohwi, bias, None), "numpy", why
+    return kernel, "numpy", why
 
 
 def build_on(p: ConvProblem, algorithm: str, params: Mapping[str, Any], backend: str,

@@ -830,6 +830,12 @@ def test_winograd_on_tensor_cores_only_under_fast_math_and_only_tf32(rt):
     if not mma.tensor_cores(rt).ok:
         verdict = wg.supports(fast, params, rt)
         assert not verdict.ok and "no tensor cores" in verdict.reason
+        # neither opencl here nor numpy's fallback runs it: one error naming both, no warning
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            with pytest.raises(UnsupportedError, match="no tensor cores.*nor can the numpy"):
+                api.prepare(fast, np.ones(fast.weights_shape, np.float32),
+                            algorithm="winograd", params=params, backend="opencl")
 
 
 def test_every_winograd_variant_on_resnet50_3x3_layers_on_tensor_cores():
