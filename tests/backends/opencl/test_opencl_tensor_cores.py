@@ -72,15 +72,18 @@ def _tf32_labels(labels):
 
 
 def test_no_tf32_variant_is_offered_without_fast_math():
+    """By any algorithm (implicit_gemm and winograd have TF32 variants)."""
     layers, _ = load_layers(None, None)
-    checked = 0
+    checked = dict.fromkeys(algorithms.ALGORITHMS, 0)
     for layer in distinct(layers):
         p = layer.problem.replace(dtype="F32", fast_math=False)
-        variants = algorithms.variants("implicit_gemm", p, RULES)
-        assert not [v for v in variants if v.get("math") == "tf32"], layer.label
-        fast = algorithms.variants("implicit_gemm", p.replace(fast_math=True), RULES)
-        checked += p.groups == 1 and any(v.get("math") == "tf32" for v in fast)
-    assert checked > 20       # the same layers with fast math do offer TF32
+        for alg in algorithms.ALGORITHMS:
+            variants = algorithms.variants(alg, p, RULES)
+            assert not [v for v in variants if v.get("math") == "tf32"], (alg, layer.label)
+            fast = algorithms.variants(alg, p.replace(fast_math=True), RULES)
+            checked[alg] += any(v.get("math") == "tf32" for v in fast)
+    # the same layers with fast math do offer TF32
+    assert checked["implicit_gemm"] > 20 and checked["winograd"] > 10, checked
 
 
 def test_tf32_is_refused_for_a_problem_without_fast_math(rt):
